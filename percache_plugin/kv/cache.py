@@ -1,0 +1,47 @@
+"""Moving K/V between stored chunks and a transformers cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from .store import ChunkKV
+
+__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache"]
+
+
+def empty_cache() -> DynamicCache:
+    # No config on purpose: a config-built cache keeps only the window on sliding layers,
+    # and the full K/V is what must be stored.
+    return DynamicCache()
+
+
+def cache_from_chunks(chunks: Sequence[ChunkKV], dtype: torch.dtype, device: torch.device) -> DynamicCache:
+    """A fresh cache holding the chunks' K/V back to back (batch of one).
+
+    Always a new tensor per layer (``torch.cat``), so ``generate`` may mutate the cache freely.
+    """
+    n_layers = len(chunks[0].keys)
+    data = []
+    for layer in range(n_layers):
+        k = torch.cat([c.keys[layer] for c in chunks], dim=1).to(device=device, dtype=dtype)
+        v = torch.cat([c.values[layer] for c in chunks], dim=1).to(device=device, dtype=dtype)
+        data.append((k.unsqueeze(0), v.unsqueeze(0)))
+    return DynamicCache(ddp_cache_data=data)
+
+
+def slice_chunk(cache: DynamicCache, start: int, end: int) -> ChunkKV:
+    """Copy positions ``[start, end)`` of every layer (batch row 0) out of a cache."""
+    keys, values = [], []
+    for layer in cache.layers:
+        k, v = layer.keys, layer.values
+        if k is None or k.shape[-2] < end:
+            raise ValueError(
+                f"cache layer holds {0 if k is None else k.shape[-2]} positions, need {end}: "
+                "was it built with a sliding-window config?"
+            )
+        keys.append(k[0, :, start:end].contiguous().clone())
+        values.append(v[0, :, start:end].contiguous().clone())
+    return ChunkKV(tuple(keys), tuple(values))

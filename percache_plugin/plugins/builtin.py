@@ -1,0 +1,82 @@
+"""The built-in behaviour, as plugins registered exactly like third-party ones."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from ..hooks.specs import hookimpl
+from ..kv.planner import ReusePlan, longest_cached_prefix
+
+if TYPE_CHECKING:
+    from ..engine import PerCache
+    from ..kv.store import ChunkKV
+    from ..segments import Prompt, PromptPiece
+    from ..stats import Generation
+
+__all__ = ["DefaultAttention", "ExactPrefixPlanner", "StoreBackedKV", "RequestLog"]
+
+log = logging.getLogger("percache")
+
+
+def _eager_forward(module: torch.nn.Module) -> Any:
+    """The model family's own eager attention (it knows softcapping and its mask layout)."""
+    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if fn is None:
+        raise RuntimeError(f"{type(module).__name__} has no eager_attention_forward to fall back on")
+    return fn
+
+
+class DefaultAttention:
+    """sdpa, or the model's eager attention where it does not support sdpa (Gemma2)."""
+
+    @hookimpl(trylast=True)
+    def percache_attention(
+        self,
+        pc: PerCache,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        kwargs: dict[str, Any],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        fn = sdpa_attention_forward if pc.capabilities.attention_backend == "sdpa" else _eager_forward(module)
+        return fn(module, query, key, value, attention_mask, **kwargs)
+
+
+class ExactPrefixPlanner:
+    """Serve the longest exactly cached chunk prefix."""
+
+    @hookimpl(trylast=True)
+    def percache_plan_reuse(self, pc: PerCache, prompt: Prompt) -> ReusePlan:
+        return longest_cached_prefix(prompt, pc.store)
+
+
+class StoreBackedKV:
+    """Load and store chunk K/V through the handle's store."""
+
+    @hookimpl(trylast=True)
+    def percache_load_chunk(self, pc: PerCache, piece: PromptPiece) -> ChunkKV | None:
+        assert piece.key is not None
+        return pc.store.get(piece.key, token_ids=piece.token_ids)
+
+    @hookimpl(trylast=True)
+    def percache_store_chunk(
+        self, pc: PerCache, piece: PromptPiece, parent: str | None, kv: ChunkKV
+    ) -> None:
+        assert piece.key is not None
+        pc.store.put(piece.key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids)
+
+
+class RequestLog:
+    """One debug line per request (``Config(debug_log=True)``): what was reused."""
+
+    @hookimpl
+    def percache_request_end(self, pc: PerCache, prompt: Prompt, generation: Generation) -> None:
+        if pc.config.debug_log:
+            log.info("percache request: %s", generation.stats.summary())

@@ -1,0 +1,174 @@
+"""Prompts as segments: each reusable segment is tokenized on its own.
+
+The prompt's token ids are the concatenation of the segments' ids, so a cached and an uncached
+run see the same ids (no BPE drift at chunk boundaries). With a chat template, the rendered
+template is split at sentinel strings so its glue text is attached to the segment that follows it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["Segment", "PromptPiece", "Prompt", "SegmentError", "normalize_segments", "build_prompt", "node_key"]
+
+SegmentKind = Literal["system", "chunk", "query"]
+_SENTINEL = "\u2063PERCACHE-SEGMENT-{}\u2063"
+
+
+class SegmentError(ValueError):
+    """The segment list is malformed; the message names the offending segment."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One part of a prompt.
+
+    :param text: the segment's text.
+    :param kind: ``"system"`` (first, reusable), ``"chunk"`` (reusable) or ``"query"`` (last, never cached).
+    :param id: an optional caller id (for example a knowledge-bank chunk id), carried into stats.
+    """
+
+    text: str
+    kind: SegmentKind = "chunk"
+    id: str | None = None
+
+    @property
+    def reusable(self) -> bool:
+        return self.kind != "query"
+
+
+@dataclass(frozen=True)
+class PromptPiece:
+    """A segment after tokenization: its ids, its span in the prompt and its tree key."""
+
+    segment: Segment
+    token_ids: tuple[int, ...]
+    start: int
+    key: str | None  # None for the query, which is never cached
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.token_ids)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    pieces: tuple[PromptPiece, ...]
+
+    @property
+    def input_ids(self) -> list[int]:
+        return [t for p in self.pieces for t in p.token_ids]
+
+    @property
+    def n_tokens(self) -> int:
+        return self.pieces[-1].end if self.pieces else 0
+
+    @property
+    def reusable(self) -> tuple[PromptPiece, ...]:
+        return tuple(p for p in self.pieces if p.key is not None)
+
+
+def normalize_segments(segments: Sequence[str | Segment]) -> list[Segment]:
+    """Plain strings follow the convention [system, chunk, ..., query]; a single string is the query."""
+    if isinstance(segments, (str, bytes)) or not isinstance(segments, Sequence):
+        raise SegmentError(
+            f"segments must be a list of str or Segment, got {type(segments).__name__}"
+        )
+    if len(segments) == 0:
+        raise SegmentError("segments is empty: give at least a query")
+    out: list[Segment] = []
+    last = len(segments) - 1
+    for i, seg in enumerate(segments):
+        if isinstance(seg, Segment):
+            if not isinstance(seg.text, str):
+                raise SegmentError(f"segment {i}: text must be str, got {type(seg.text).__name__}")
+            out.append(seg)
+        elif isinstance(seg, str):
+            kind: SegmentKind = "query" if i == last else ("system" if i == 0 else "chunk")
+            out.append(Segment(seg, kind))
+        else:
+            raise SegmentError(f"segment {i} is a {type(seg).__name__}, expected str or Segment")
+    kinds = [s.kind for s in out]
+    if "query" in kinds[:-1]:
+        raise SegmentError(f"only the last segment may be the query, got kinds {kinds}")
+    if "system" in kinds[1:]:
+        raise SegmentError(f"only the first segment may be the system prompt, got kinds {kinds}")
+    for i, s in enumerate(out):
+        if s.kind not in ("system", "chunk", "query"):
+            raise SegmentError(f"segment {i}: unknown kind {s.kind!r}")
+    return out
+
+
+def node_key(fingerprint: str, parent: str | None, token_ids: Sequence[int]) -> str:
+    """Key of a prefix-tree node: the model, the whole path before it, and its own ids."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(fingerprint.encode())
+    h.update((parent or "root").encode())
+    h.update(len(token_ids).to_bytes(4, "little"))
+    h.update(b"".join(int(t).to_bytes(4, "little") for t in token_ids))
+    return h.hexdigest()
+
+
+def _texts(segments: list[Segment], tokenizer: Any, use_template: bool, separator: str) -> list[str]:
+    """The text of each segment, with template glue attached to the segment that follows it."""
+    bodies = [s.text + separator if s.kind == "chunk" else s.text for s in segments]
+    if not use_template:
+        # Plain layout: system and chunks end with the separator; the query stands last.
+        return [b + separator if s.kind == "system" else b for s, b in zip(segments, bodies, strict=True)]
+    marks = [_SENTINEL.format(i) for i in range(len(segments))]
+    messages = []
+    start = 0
+    if segments[0].kind == "system":
+        messages.append({"role": "system", "content": marks[0]})
+        start = 1
+    messages.append({"role": "user", "content": "".join(marks[start:])})
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    texts, rest = [], rendered
+    for i, mark in enumerate(marks):
+        glue, found, rest = rest.partition(mark)
+        if not found:
+            raise SegmentError(f"chat template dropped segment {i}; render without it (chat_template=False)")
+        texts.append(glue + bodies[i])
+    texts[-1] += rest
+    return texts
+
+
+def build_prompt(
+    segments: list[Segment],
+    tokenizer: Any,
+    *,
+    fingerprint: str,
+    use_template: bool,
+    separator: str = "\n\n",
+) -> Prompt:
+    """Tokenize every segment on its own and chain the reusable ones into tree keys."""
+    texts = _texts(segments, tokenizer, use_template, separator)
+    prefix_ids: list[int] = []
+    if not use_template:
+        # BOS (if the tokenizer adds one) belongs to the first segment.
+        prefix_ids = list(tokenizer("", add_special_tokens=True)["input_ids"])
+    pieces: list[PromptPiece] = []
+    start, parent = 0, None
+    cacheable = True  # a reusable segment after a query-like break would not be a prefix
+    for i, (seg, text) in enumerate(zip(segments, texts, strict=True)):
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if i == 0:
+            ids = prefix_ids + ids
+        if not ids:
+            raise SegmentError(f"segment {i} ({seg.kind}) tokenizes to nothing")
+        key = None
+        if seg.reusable and cacheable:
+            key = node_key(fingerprint, parent, ids)
+            parent = key
+        else:
+            cacheable = False
+        pieces.append(PromptPiece(seg, tuple(ids), start, key))
+        start += len(ids)
+    return Prompt(tuple(pieces))

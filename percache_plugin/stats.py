@@ -1,0 +1,90 @@
+"""Per-request statistics and their aggregate: is reuse actually happening?"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["GenerationStats", "Generation", "StatsTotals"]
+
+
+@dataclass
+class GenerationStats:
+    """What one request reused and computed.
+
+    Token counts are deterministic (they do not depend on machine load); times are wall clock.
+    """
+
+    prompt_tokens: int = 0
+    tokens_reused: int = 0  # served exactly from the store (same ids, same positions)
+    tokens_shifted: int = 0  # served from the store at a new position (RoPE phase shift)
+    tokens_recomputed: int = 0  # positions of served chunks computed again
+    tokens_computed: int = 0  # prompt tokens the model computed in this request
+    new_tokens: int = 0
+    nodes_reused: int = 0
+    nodes_stored: int = 0
+    bytes_loaded: int = 0
+    bytes_stored: int = 0
+    load_misses: int = 0  # planned nodes that failed to load (corrupt, evicted meanwhile)
+    approximate: bool = False  # True when any reused K/V is not bit-exact (shifted, lossy dtype)
+    fallback: str = ""  # why a plan was abandoned for a full prefill, if it was
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+    load_s: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"prompt={self.prompt_tokens} reused={self.tokens_reused} shifted={self.tokens_shifted} "
+            f"recomputed={self.tokens_recomputed} computed={self.tokens_computed} "
+            f"new={self.new_tokens} loaded={self.bytes_loaded}B stored={self.bytes_stored}B "
+            f"ttft={self.ttft_s * 1000:.1f}ms total={self.total_s * 1000:.1f}ms"
+            + (f" fallback={self.fallback}" if self.fallback else "")
+        )
+
+
+@dataclass
+class Generation:
+    """The result of :meth:`PerCache.generate`.
+
+    :ivar text: decoded new text (special tokens skipped).
+    :ivar token_ids: the new token ids.
+    :ivar prompt_ids: the prompt's token ids (concatenation of the segments' ids).
+    :ivar first_logits: fp32 logits at the last prompt position (the first generated token's).
+    """
+
+    text: str
+    token_ids: list[int]
+    prompt_ids: list[int]
+    stats: GenerationStats
+    first_logits: torch.Tensor | None = field(default=None, repr=False)
+
+
+@dataclass
+class StatsTotals:
+    """Sums over requests (``pc.stats()``)."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    tokens_reused: int = 0
+    tokens_shifted: int = 0
+    tokens_recomputed: int = 0
+    tokens_computed: int = 0
+    new_tokens: int = 0
+    bytes_loaded: int = 0
+    bytes_stored: int = 0
+    load_misses: int = 0
+    fallbacks: int = 0
+
+    def add(self, s: GenerationStats) -> None:
+        self.requests += 1
+        for f in dataclasses.fields(self):
+            if f.name in ("requests", "fallbacks"):
+                continue
+            setattr(self, f.name, getattr(self, f.name) + getattr(s, f.name))
+        self.fallbacks += bool(s.fallback)
+
+    @property
+    def reuse_ratio(self) -> float:
+        return self.tokens_reused / self.prompt_tokens if self.prompt_tokens else 0.0
