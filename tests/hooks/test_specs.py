@@ -1,0 +1,90 @@
+"""Meta-tests: every hook is documented and every hook is exercised."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import percache_plugin as percache
+from percache_plugin.hooks import specs
+from percache_plugin.hooks.manager import DEFAULT_PLUGINS, Hooks, make_plugin_manager
+from tests.helpers import SEGMENTS, tiny_pair
+
+
+def test_every_hook_is_documented() -> None:
+    assert specs.HOOK_NAMES, "no hooks found"
+    for name in specs.HOOK_NAMES:
+        fn = getattr(specs, name)
+        doc = inspect.getdoc(fn) or ""
+        assert doc, f"{name} has no docstring"
+        assert "firstresult" in doc or "Every implementation is called" in doc, (
+            f"{name}: say whether it is firstresult"
+        )
+        for param in inspect.signature(fn).parameters:
+            assert f":param {param}:" in doc, f"{name}: parameter {param!r} is undocumented"
+        opts = fn.percache_spec
+        assert ("firstresult." in doc) == bool(opts.get("firstresult")), f"{name}: firstresult mismatch"
+
+
+def test_facade_covers_every_hook() -> None:
+    facade = {n for n, _ in inspect.getmembers(Hooks, inspect.isfunction) if not n.startswith("_")}
+    assert {n.removeprefix("percache_") for n in specs.HOOK_NAMES} == facade
+
+
+class Recorder:
+    """Implements every hook as an observer and records the calls."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        for name in specs.HOOK_NAMES:
+            params = list(inspect.signature(getattr(specs, name)).parameters)
+            setattr(self, name, self._make(name, params))
+
+    def _make(self, name: str, params: list[str]) -> Any:
+        seen = self.seen
+        if getattr(specs, name).percache_spec.get("firstresult"):
+            def wrapper(**kw: Any) -> Any:
+                seen.add(name)
+                return (yield)
+            impl = percache.hookimpl(wrapper=True)(wrapper)
+        else:
+            def observer(**kw: Any) -> None:
+                seen.add(name)
+            impl = percache.hookimpl(observer)
+        impl.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY) for p in params]
+        )
+        return impl
+
+
+def test_every_hook_is_exercised() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    rec = Recorder()
+    pc.plugins.register(rec)
+    pc.generate(SEGMENTS, max_new_tokens=2)  # miss: store
+    pc.generate(SEGMENTS, max_new_tokens=2)  # hit: plan + load
+    pc.hooks.model_profile(model)
+    pc.plugins.unregister(rec)
+    assert rec.seen == set(specs.HOOK_NAMES)
+
+
+def test_default_plugins_are_registered_and_replaceable() -> None:
+    pm = make_plugin_manager(autoload=False)
+    names = [n for n, _ in pm.list_name_plugin()]
+    assert names == list(DEFAULT_PLUGINS)
+
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+
+    class NoReuse:
+        @percache.hookimpl
+        def percache_plan_reuse(self, pc: Any, prompt: Any) -> percache.ReusePlan:
+            return percache.ReusePlan(note="never reuse")
+
+    pc.generate(SEGMENTS, max_new_tokens=2)
+    plugin = NoReuse()
+    pc.plugins.register(plugin)
+    assert pc.generate(SEGMENTS, max_new_tokens=2).stats.tokens_reused == 0
+    pc.plugins.unregister(plugin)
+    assert pc.generate(SEGMENTS, max_new_tokens=2).stats.tokens_reused > 0

