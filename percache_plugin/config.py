@@ -50,6 +50,12 @@ class Config:
         "'shifted' also reuses chunks at new positions (RoPE phase shift, approximate).",
         "exact",
     )
+    recompute: str = _help(
+        "Which positions of shifted chunks to compute again: 'none', 'all', 'head:k', 'tail:k' "
+        "(k tokens per chunk, or a fraction below 1) or 'deviation:r' (the fraction r with the "
+        "largest layer-1 K/V deviation). See docs/BENCHMARKS.md for how the default was chosen.",
+        "deviation:0.15",
+    )
     chat_template: bool | None = _help(
         "Render prompts with the tokenizer's chat template: None uses it when the tokenizer has "
         "one, True requires it, False never uses it.",
@@ -76,6 +82,12 @@ class Config:
             raise ConfigError(f"kv_byte_limit must be a positive int or None, got {self.kv_byte_limit!r}")
         if self.reuse not in ("exact", "shifted"):
             raise ConfigError(f"reuse must be 'exact' or 'shifted', got {self.reuse!r}")
+        from .kv.recompute import parse_strategy
+
+        try:
+            parse_strategy(self.recompute)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.chat_template not in (None, True, False):
             raise ConfigError(f"chat_template must be None, True or False, got {self.chat_template!r}")
         if not isinstance(self.chunk_separator, str):

@@ -16,15 +16,20 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from .attention.backend import AttentionSwitch, install, uninstall
+from .attention.rope import NotShiftable, RopeShifter
+from .attention.splice import ProbeDone, SpliceCache, splice_mask
 from .config import Config, ConfigError
 from .fingerprint import model_fingerprint
 from .hooks.manager import Hooks, make_plugin_manager
+from .kv.assemble import Placed, assemble
 from .kv.cache import cache_from_chunks, empty_cache, slice_chunk
+from .kv.planner import ReusePlan
+from .kv.recompute import RecomputeContext
 from .kv.store import ChunkKV, KVStore
-from .segments import Prompt, Segment, build_prompt, normalize_segments
+from .segments import Prompt, Segment, build_prompt, node_key, normalize_segments
 from .stats import Generation, GenerationStats, StatsTotals
 
-__all__ = ["PerCache", "Capabilities", "enable"]
+__all__ = ["PerCache", "Capabilities", "Prefilled", "enable"]
 
 log = logging.getLogger("percache")
 
@@ -53,6 +58,20 @@ class Capabilities:
                  f"shifted_reuse={self.shifted_reuse}"]
         parts += [f"{k}: {v}" for k, v in self.reasons.items()]
         return "; ".join(parts)
+
+
+@dataclass
+class Prefilled:
+    """The result of :meth:`PerCache.prefill`: the prompt, a cache over all positions but the
+    last, and the request's stats."""
+
+    prompt: Prompt
+    cache: Any
+    stats: GenerationStats
+
+
+class _PlanError(RuntimeError):
+    """A reuse plan that cannot be executed consistently; the request falls back to a full prefill."""
 
 
 class _FirstTokenClock(LogitsProcessor):
@@ -98,28 +117,50 @@ class PerCache:
             storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums,
         )
         self._use_template = self._template_choice()
+        self._active_splice: SpliceCache | None = None
+        self._splice_masks: dict[tuple[int | None, int], torch.Tensor] = {}
         self._switch: AttentionSwitch = install(model, self._relay)
         self._enabled = True
         self._closed = False
-        self.capabilities = self._capabilities()
+        self.shifter, shift_reason = self._shifter()
+        self.capabilities = self._capabilities(shift_reason)
 
     # -- model switch -------------------------------------------------------------------
     def _relay(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                value: torch.Tensor, attention_mask: torch.Tensor | None,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        splice = self._active_splice
+        if splice is not None and splice.positions is not None:
+            # The model built a mask for contiguous queries; a splice's queries are not.
+            window = kwargs.get("sliding_window")
+            mkey = (window, key.shape[-2])
+            if mkey not in self._splice_masks:
+                self._splice_masks[mkey] = splice_mask(
+                    splice.positions.to(query.device), key.shape[-2], dtype=query.dtype,
+                    sliding_window=window)
+            attention_mask = self._splice_masks[mkey]
         return self.hooks.attention(self, module, query, key, value, attention_mask, kwargs)
 
-    def _capabilities(self) -> Capabilities:
+    def _shifter(self) -> tuple[RopeShifter | None, str]:
+        if not self._switch.active:
+            return None, "needs the attention hook (splice masks): " + self._switch.reason
+        try:
+            return RopeShifter.from_model(self.model, self.hooks.model_profile(self.model)), ""
+        except NotShiftable as exc:
+            return None, exc.reason
+
+    def _capabilities(self, shift_reason: str) -> Capabilities:
         reasons: dict[str, str] = {}
         if not self._switch.active:
             reasons["attention_hook"] = self._switch.reason
-        reasons["shifted_reuse"] = "not available in this version (exact-prefix reuse only)"
+        if shift_reason:
+            reasons["shifted_reuse"] = shift_reason
         return Capabilities(
             model_type=str(getattr(self.model.config, "model_type", "unknown")),
             attention_hook=self._switch.active,
             attention_backend=self._switch.backend,
             exact_reuse=True,
-            shifted_reuse=False,
+            shifted_reuse=self.shifter is not None,
             reasons=reasons,
         )
 
@@ -190,51 +231,205 @@ class PerCache:
         Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64).
         """
         with self._lock:
-            if self._closed:
-                raise RuntimeError("this percache handle was disabled; call enable() again")
             t0 = time.perf_counter()
-            prompt = self.prompt(segments)
             generate_kwargs.setdefault("max_new_tokens", 64)
-            self._check_length(prompt, int(generate_kwargs["max_new_tokens"]))
-            if not self._enabled:
-                return self._run(prompt, [], generate_kwargs, t0, store=False)
-            self.hooks.request_start(self, prompt)
-            plan = self.hooks.plan_reuse(self, prompt)
-            chunks: list[ChunkKV] = []
-            load_misses = 0
-            for i in plan.exact:
-                kv = self.hooks.load_chunk(self, prompt.pieces[i])
-                if kv is None:
-                    load_misses += 1
-                    break
-                chunks.append(kv)
-            gen = self._run(prompt, chunks, generate_kwargs, t0, store=True)
-            gen.stats.load_misses = load_misses
-            self._totals.add(gen.stats)
-            self.hooks.request_end(self, prompt, gen)
+            prompt, cache, served, stats, finish = self._prepare(
+                segments, int(generate_kwargs["max_new_tokens"]), t0)
+            gen = self._run(prompt, cache, served, stats, generate_kwargs, t0)
+            finish(cache)
+            if self._enabled:
+                self.hooks.request_end(self, prompt, gen)
             return gen
 
-    def _run(self, prompt: Prompt, chunks: list[ChunkKV], kwargs: dict[str, Any],
-             t0: float, *, store: bool) -> Generation:
+    def prefill(self, segments: Sequence[str | Segment]) -> Prefilled:
+        """Run only the reuse path: a cache holding every prompt position but the last.
+
+        Feed ``prompt.input_ids[-1:]`` (plus any continuation) to the model with
+        ``past_key_values=result.cache`` to get next-token distributions, e.g. for
+        teacher-forced quality checks of approximate reuse. What was computed is stored."""
+        with self._lock:
+            t0 = time.perf_counter()
+            prompt, cache, served, stats, finish = self._prepare(segments, 1, t0)
+            have = cache.get_seq_length()  # a splice already filled every position but the last
+            rest = torch.tensor([prompt.input_ids[have:-1]], device=self._dtype_device()[1])
+            if rest.numel():
+                with torch.inference_mode():
+                    self.model(input_ids=rest, past_key_values=cache, use_cache=True)
+            stats.tokens_computed = prompt.n_tokens - 1 - served
+            finish(cache)
+            stats.total_s = time.perf_counter() - t0
+            return Prefilled(prompt, cache, stats)
+
+    def _prepare(self, segments: Sequence[str | Segment], max_new: int, t0: float) -> tuple[
+            Prompt, Any, int, GenerationStats, Any]:
+        """Plan, load and splice: the cache, how many prompt positions it serves, and a
+        ``finish(cache)`` that stores what was computed and accounts the request."""
+        if self._closed:
+            raise RuntimeError("this percache handle was disabled; call enable() again")
+        prompt = self.prompt(segments)
+        self._check_length(prompt, max_new)
         stats = GenerationStats(prompt_tokens=prompt.n_tokens)
-        device = next(self.model.parameters()).device
-        dtype = next(self.model.parameters()).dtype
-        t_load = time.perf_counter()
-        if chunks:
-            cache = cache_from_chunks(chunks, dtype, device)
-            stats.bytes_loaded = sum(c.nbytes for c in chunks)
-            stats.approximate = any(c.keys[0].dtype != dtype for c in chunks)
+        if not self._enabled:
+            return prompt, empty_cache(), 0, stats, lambda cache: None
+        self.hooks.request_start(self, prompt)
+        plan = self.hooks.plan_reuse(self, prompt)
+        exact = self._load_exact(prompt, plan, stats)
+        shifted = self._load_shifted(prompt, plan, stats)
+        stats.load_s = time.perf_counter() - t0
+        if shifted:
+            try:
+                cache, served, exact_end = self._splice(prompt, exact, shifted, plan, stats)
+            except _PlanError as exc:
+                log.warning("percache: falling back to a full prefill: %s", exc)
+                stats = GenerationStats(prompt_tokens=prompt.n_tokens, fallback=str(exc))
+                cache, served, exact_end = empty_cache(), 0, 0
         else:
-            cache = empty_cache()
-        stats.load_s = time.perf_counter() - t_load
+            cache, served, exact_end = self._exact_cache(prompt, exact, stats)
+        skip = {sp.index for sp in plan.shifted}
+
+        def finish(cache: Any) -> None:
+            self._store_computed(prompt, exact_end, skip, bool(shifted) and stats.approximate,
+                                 cache, stats)
+            stats.total_s = time.perf_counter() - t0
+            self._totals.add(stats)
+
+        return prompt, cache, served, stats, finish
+
+    def configure(self, **changes: Any) -> Config:
+        """Change settings at run time (validated like :func:`enable`'s keywords); a new
+        ``kv_byte_limit`` applies at once (evicting if needed)."""
+        with self._lock:
+            self.config = self.config.replace(**changes)
+            if "kv_byte_limit" in changes:
+                self.store.set_byte_limit(self.config.kv_byte_limit)
+            return self.config
+
+    # -- planning and loading ---------------------------------------------------------------
+    def _load_exact(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats) -> list[ChunkKV]:
+        chunks: list[ChunkKV] = []
+        for i in plan.exact:
+            piece = prompt.pieces[i]
+            assert piece.key is not None
+            kv = self.hooks.load_chunk(self, piece.key, piece.token_ids)
+            if kv is None:  # corrupt or evicted: exact reuse ends here
+                stats.load_misses += 1
+                break
+            chunks.append(kv)
+        return chunks
+
+    def _load_shifted(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats) -> list[Placed]:
+        placed = []
+        for sp in plan.shifted:
+            piece = prompt.pieces[sp.index]
+            kv = self.hooks.load_chunk(self, sp.key, piece.token_ids)
+            if kv is None:
+                stats.load_misses += 1
+                continue
+            placed.append(Placed(kv, piece.start, sp.source_start))
+        return placed
+
+    def _exact_cache(self, prompt: Prompt, chunks: list[ChunkKV],
+                     stats: GenerationStats) -> tuple[Any, int, int]:
+        if not chunks:
+            return empty_cache(), 0, 0
+        dtype, device = self._dtype_device()
+        cache = cache_from_chunks(chunks, dtype, device)
+        stats.bytes_loaded = sum(c.nbytes for c in chunks)
+        stats.approximate = any(c.keys[0].dtype != dtype for c in chunks)
+        stats.nodes_reused = len(chunks)
         cached = cache.get_seq_length()
         if cached >= prompt.n_tokens:
             # generate() re-feeds a fully cached prompt and answers wrongly: keep one token out.
             cache.crop(prompt.n_tokens - 1)
             cached = prompt.n_tokens - 1
         stats.tokens_reused = cached
-        stats.nodes_reused = len(chunks)
-        stats.tokens_computed = prompt.n_tokens - cached
+        return cache, cached, len(chunks)
+
+    def _splice(self, prompt: Prompt, exact: list[ChunkKV], shifted: list[Placed], plan: ReusePlan,
+                stats: GenerationStats) -> tuple[Any, int, int]:
+        """Inject exact and shifted chunks, recompute the chosen positions and every uncovered one
+        in one forward through a SpliceCache; the last prompt token is left to ``generate``."""
+        dtype, device = self._dtype_device()
+        length = prompt.n_tokens - 1
+        placed, pos = [], 0
+        for kv in exact:
+            placed.append(Placed(kv, pos, pos))
+            pos += kv.n_tokens
+        exact_tokens = min(pos, length)
+        try:
+            cache, filled = assemble(placed + shifted, length, self.shifter, dtype=dtype, device=device)
+        except ValueError as exc:
+            raise _PlanError(f"cannot assemble the plan: {exc}") from exc
+        spans = tuple((p.start, min(p.start + p.kv.n_tokens, length)) for p in shifted
+                      if p.start < length)
+        ids = torch.tensor([prompt.input_ids], device=device)
+        context = RecomputeContext(spans, lambda layer: self._probe(cache, ids, filled, exact_tokens, layer))
+        chosen = self.hooks.select_recompute(self, prompt, plan, context)
+        allowed = set(context.candidates.tolist())
+        if not set(chosen) <= allowed:
+            raise _PlanError("recompute strategy chose positions outside the shifted chunks")
+        compute = (~filled).clone()
+        compute[chosen] = True
+        positions = compute.nonzero().reshape(-1)
+        shifted_total = int(filled.sum()) - exact_tokens
+        stats.nodes_reused = len(exact) + len(shifted)
+        stats.bytes_loaded = sum(p.kv.nbytes for p in placed + shifted)
+        stats.tokens_reused = exact_tokens
+        stats.tokens_recomputed = len(chosen)
+        stats.tokens_shifted = shifted_total - len(chosen)
+        stats.approximate = stats.tokens_shifted > 0 or any(
+            p.kv.keys[0].dtype != dtype for p in placed + shifted)
+        if positions.numel():
+            self._forward_splice(cache, ids, positions)
+        return cache, length - positions.numel(), len(exact)
+
+    def _forward_splice(self, cache: SpliceCache, ids: torch.Tensor, positions: torch.Tensor,
+                        probe_layer: int | None = None) -> None:
+        with torch.inference_mode(), cache.splice(positions, probe_layer=probe_layer):
+            self._active_splice = cache
+            self._splice_masks.clear()
+            try:
+                self.model(input_ids=ids[:, positions], position_ids=positions[None],
+                           past_key_values=cache, use_cache=True)
+            except ProbeDone:
+                pass
+            finally:
+                self._active_splice = None
+
+    def _probe(self, cache: SpliceCache, ids: torch.Tensor, filled: torch.Tensor,
+               exact_tokens: int, layer: int) -> torch.Tensor:
+        """K/V deviation at ``layer`` of each shifted position: run layers ``0..layer`` over
+        every non-exact position, compare with the injected K/V, then restore the cache."""
+        positions = torch.arange(exact_tokens, filled.numel())
+        saved = [(lay.keys.clone(), lay.values.clone()) for lay in cache.layers[:layer]]
+        self._forward_splice(cache, ids, positions, probe_layer=layer)
+        for lay, (k, v) in zip(cache.layers, saved, strict=False):
+            lay.keys.copy_(k)
+            lay.values.copy_(v)
+        assert cache.probed is not None
+        fresh_k, fresh_v = cache.probed
+        lay = cache.layers[layer]
+        cand = filled.clone()
+        cand[:exact_tokens] = False
+        sel = cand[exact_tokens:]
+        dk = (fresh_k[0] - lay.keys[0, :, exact_tokens:]).float().norm(dim=(0, 2))
+        dv = (fresh_v[0] - lay.values[0, :, exact_tokens:]).float().norm(dim=(0, 2))
+        return (dk + dv)[sel]
+
+    def _dtype_device(self) -> tuple[torch.dtype, torch.device]:
+        p = next(self.model.parameters())
+        return p.dtype, p.device
+
+    @property
+    def active_splice(self) -> SpliceCache | None:
+        """The splice cache of the forward in progress, if any (read by the attention relay)."""
+        return self._active_splice
+
+    # -- running and storing ----------------------------------------------------------------
+    def _run(self, prompt: Prompt, cache: Any, served: int, stats: GenerationStats,
+             kwargs: dict[str, Any], t0: float) -> Generation:
+        device = self._dtype_device()[1]
+        stats.tokens_computed = prompt.n_tokens - served
         ids = torch.tensor([prompt.input_ids], device=device)
         clock = _FirstTokenClock()
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
@@ -251,22 +446,31 @@ class PerCache:
         new = out.sequences[0, prompt.n_tokens:].tolist()
         stats.new_tokens = len(new)
         stats.ttft_s = (clock.t or time.perf_counter()) - t0
-        if store:
-            self._store_computed(prompt, len(chunks), cache, stats)
         stats.total_s = time.perf_counter() - t0
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         first = out.logits[0][0].detach().float().cpu() if out.logits else None
         return Generation(text, new, prompt.input_ids, stats, first)
 
-    def _store_computed(self, prompt: Prompt, served: int, cache: Any, stats: GenerationStats) -> None:
-        """Store every reusable piece this request computed (also after a partial hit)."""
+    def _store_computed(self, prompt: Prompt, served: int, skip: set[int], approximate: bool,
+                        cache: Any, stats: GenerationStats) -> None:
+        """Store every reusable piece this request computed (also after a partial hit).
+
+        After approximate (shifted) reuse, pieces after the exact prefix were computed against
+        approximate K/V: pieces that were served (``skip``) are not stored again, and new ones are
+        stored outside the tree, where only shifted reuse finds them."""
+        if not self._enabled:
+            return
         parent = prompt.pieces[served - 1].key if served else None
-        for piece in prompt.pieces[served:]:
+        for i, piece in enumerate(prompt.pieces[served:], start=served):
             if piece.key is None:
                 break
+            if approximate and i in skip:
+                continue
             kv = slice_chunk(cache, piece.start, piece.end)
+            key = node_key(self.fingerprint, "approx", piece.token_ids) if approximate else piece.key
             before = self.store.total_bytes()
-            self.hooks.store_chunk(self, piece, parent, kv)
+            self.hooks.store_chunk(self, key, piece, None if approximate else parent, kv,
+                                   not approximate)
             stats.nodes_stored += 1
             stats.bytes_stored += max(0, self.store.total_bytes() - before)
             parent = piece.key

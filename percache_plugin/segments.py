@@ -117,7 +117,11 @@ def node_key(fingerprint: str, parent: str | None, token_ids: Sequence[int]) -> 
 
 
 def _texts(segments: list[Segment], tokenizer: Any, use_template: bool, separator: str) -> list[str]:
-    """The text of each segment, with template glue attached to the segment that follows it."""
+    """The text of each segment, with the template's glue attached so chunks stay pure.
+
+    Glue before a chunk (e.g. the end of the system turn and the start of the user turn) ends
+    the previous piece, so a chunk's tokens do not depend on where it stands and it can be
+    reused at another position; glue before the query and after it belongs to the query."""
     bodies = [s.text + separator if s.kind == "chunk" else s.text for s in segments]
     if not use_template:
         # Plain layout: system and chunks end with the separator; the query stands last.
@@ -130,12 +134,17 @@ def _texts(segments: list[Segment], tokenizer: Any, use_template: bool, separato
         start = 1
     messages.append({"role": "user", "content": "".join(marks[start:])})
     rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    texts, rest = [], rendered
+    texts: list[str] = []
+    rest = rendered
     for i, mark in enumerate(marks):
         glue, found, rest = rest.partition(mark)
         if not found:
             raise SegmentError(f"chat template dropped segment {i}; render without it (chat_template=False)")
-        texts.append(glue + bodies[i])
+        if i > 0 and segments[i].kind == "chunk":
+            texts[-1] += glue
+            texts.append(bodies[i])
+        else:
+            texts.append(glue + bodies[i])
     texts[-1] += rest
     return texts
 

@@ -13,3 +13,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # `from tests.models import ...` and `from tests.tokenizer import ...` from any test directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+# Tiny models are overhead-bound: one thread is several times faster than two under load.
+torch.set_num_threads(1)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from ..engine import PerCache
     from ..kv.planner import ReusePlan
+    from ..kv.recompute import RecomputeContext
     from ..kv.store import ChunkKV
     from ..segments import Prompt, PromptPiece
     from ..stats import Generation
@@ -29,6 +30,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:DefaultAttention",
     "percache_plugin.plugins.builtin:ExactPrefixPlanner",
     "percache_plugin.plugins.builtin:StoreBackedKV",
+    "percache_plugin.plugins.builtin:ConfiguredRecompute",
     "percache_plugin.plugins.builtin:RequestLog",
 )
 
@@ -84,11 +86,18 @@ class Hooks:
         plan = self._hook.percache_plan_reuse(pc=pc, prompt=prompt)
         return plan if plan is not None else ReusePlan(note="no planner answered")
 
-    def load_chunk(self, pc: PerCache, piece: PromptPiece) -> ChunkKV | None:
-        return self._hook.percache_load_chunk(pc=pc, piece=piece)
+    def load_chunk(self, pc: PerCache, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+        return self._hook.percache_load_chunk(pc=pc, key=key, token_ids=token_ids)
 
-    def store_chunk(self, pc: PerCache, piece: PromptPiece, parent: str | None, kv: ChunkKV) -> None:
-        self._hook.percache_store_chunk(pc=pc, piece=piece, parent=parent, kv=kv)
+    def select_recompute(
+        self, pc: PerCache, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
+    ) -> list[int]:
+        chosen = self._hook.percache_select_recompute(pc=pc, prompt=prompt, plan=plan, context=context)
+        return sorted(set(int(p) for p in chosen)) if chosen is not None else []
+
+    def store_chunk(self, pc: PerCache, key: str, piece: PromptPiece, parent: str | None,
+                    kv: ChunkKV, exact: bool) -> None:
+        self._hook.percache_store_chunk(pc=pc, key=key, piece=piece, parent=parent, kv=kv, exact=exact)
 
     def request_start(self, pc: PerCache, prompt: Prompt) -> None:
         self._hook.percache_request_start(pc=pc, prompt=prompt)

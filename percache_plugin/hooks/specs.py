@@ -8,6 +8,7 @@ Hook calls go through the typed façade :class:`percache_plugin.hooks.manager.Ho
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
     from ..engine import PerCache
     from ..kv.planner import ReusePlan
+    from ..kv.recompute import RecomputeContext
     from ..kv.store import ChunkKV
     from ..segments import Prompt, PromptPiece
     from ..stats import Generation
@@ -52,6 +54,7 @@ def percache_attention(
     :param value: like ``key``.
     :param attention_mask: the mask built by the registered mask function (may be None when causal
         attention needs none).
+        During a splice (shifted reuse) it is already the mask built from the true positions.
     :param kwargs: the remaining keyword arguments of the attention call (``scaling``, ``dropout``,
         ``sliding_window``, ``softcap``, ``position_ids`` ...); mutate to pass changes on.
     :return: ``(attn_output [batch, q_len, heads, head_dim], attn_weights or None)``.
@@ -71,26 +74,52 @@ def percache_plan_reuse(pc: PerCache, prompt: Prompt) -> ReusePlan | None:
 
 
 @hookspec(firstresult=True)
-def percache_load_chunk(pc: PerCache, piece: PromptPiece) -> ChunkKV | None:
+def percache_load_chunk(pc: PerCache, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
     """Load the K/V of one planned node. firstresult.
 
     The default reads ``pc.store``; a corrupt or missing entry returns None, which ends exact reuse
-    at that node (the rest of the prompt is computed).
+    at that node (the rest of the prompt is computed) or drops a shifted chunk from the plan.
 
     :param pc: the handle.
-    :param piece: the prompt piece whose node (``piece.key``) to load.
+    :param key: the store key of the node.
+    :param token_ids: the token ids the node must hold (checked against its stored hash).
     :return: the K/V, per layer ``[kv_heads, n_tokens, head_dim]``, or None.
     """
 
 
+@hookspec(firstresult=True)
+def percache_select_recompute(
+    pc: PerCache, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
+) -> Sequence[int] | None:
+    """Choose which positions of shifted chunks to compute again. firstresult.
+
+    The default applies ``pc.config.recompute`` (``none``, ``all``, ``head:k``, ``tail:k``,
+    ``deviation:r``; see :mod:`percache_plugin.kv.recompute`). Only positions in
+    ``context.candidates`` may be returned; anything else makes the request fall back to a full
+    prefill (reported in ``stats.fallback``).
+
+    :param pc: the handle.
+    :param prompt: the tokenized prompt.
+    :param plan: the reuse plan (its ``shifted`` pieces are the candidates).
+    :param context: spans of the shifted chunks and a lazy K/V-deviation probe.
+    :return: prompt positions to recompute, or None to defer to the next plugin.
+    """
+
+
 @hookspec
-def percache_store_chunk(pc: PerCache, piece: PromptPiece, parent: str | None, kv: ChunkKV) -> None:
+def percache_store_chunk(
+    pc: PerCache, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV, exact: bool
+) -> None:
     """Persist the freshly computed K/V of one reusable piece. Every implementation is called.
 
     :param pc: the handle.
-    :param piece: the piece (``piece.key``, ``piece.token_ids``, ``piece.start``).
-    :param parent: the tree key of the node before it, or None for the first.
+    :param key: the store key: ``piece.key`` (a prefix-tree node) when ``exact``; otherwise a key
+        outside the tree, so the entry serves only shifted reuse.
+    :param piece: the piece (``piece.token_ids``, ``piece.start``).
+    :param parent: the tree key of the node before it, or None for the first (None when not exact).
     :param kv: its K/V, sliced from the request's cache (a copy, safe to keep).
+    :param exact: False when the K/V was computed in a context that itself holds approximate
+        (shifted) K/V; such entries must never serve exact reuse.
     """
 
 

@@ -10,7 +10,8 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from ..hooks.specs import hookimpl
-from ..kv.planner import ReusePlan, longest_cached_prefix
+from ..kv.planner import ReusePlan, longest_cached_prefix, plan_shifted
+from ..kv.recompute import RecomputeContext, parse_strategy
 
 if TYPE_CHECKING:
     from ..engine import PerCache
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from ..segments import Prompt, PromptPiece
     from ..stats import Generation
 
-__all__ = ["DefaultAttention", "ExactPrefixPlanner", "StoreBackedKV", "RequestLog"]
+__all__ = ["DefaultAttention", "ExactPrefixPlanner", "ConfiguredRecompute", "StoreBackedKV", "RequestLog"]
 
 log = logging.getLogger("percache")
 
@@ -50,27 +51,41 @@ class DefaultAttention:
 
 
 class ExactPrefixPlanner:
-    """Serve the longest exactly cached chunk prefix."""
+    """Serve the longest exactly cached chunk prefix; with ``reuse="shifted"`` on a model that
+    supports it, also every later chunk the store holds at another position."""
 
     @hookimpl(trylast=True)
     def percache_plan_reuse(self, pc: PerCache, prompt: Prompt) -> ReusePlan:
-        return longest_cached_prefix(prompt, pc.store)
+        plan = longest_cached_prefix(prompt, pc.store)
+        if pc.config.reuse == "shifted" and pc.capabilities.shifted_reuse:
+            plan = plan_shifted(prompt, pc.store, plan)
+        return plan
+
+
+class ConfiguredRecompute:
+    """The recompute strategy named by ``pc.config.recompute``."""
+
+    @hookimpl(trylast=True)
+    def percache_select_recompute(
+        self, pc: PerCache, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
+    ) -> list[int]:
+        return parse_strategy(pc.config.recompute)(context)
 
 
 class StoreBackedKV:
     """Load and store chunk K/V through the handle's store."""
 
     @hookimpl(trylast=True)
-    def percache_load_chunk(self, pc: PerCache, piece: PromptPiece) -> ChunkKV | None:
-        assert piece.key is not None
-        return pc.store.get(piece.key, token_ids=piece.token_ids)
+    def percache_load_chunk(self, pc: PerCache, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+        return pc.store.get(key, token_ids=token_ids)
 
     @hookimpl(trylast=True)
     def percache_store_chunk(
-        self, pc: PerCache, piece: PromptPiece, parent: str | None, kv: ChunkKV
+        self, pc: PerCache, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV,
+        exact: bool,
     ) -> None:
-        assert piece.key is not None
-        pc.store.put(piece.key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids)
+        pc.store.put(key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids,
+                     extra={"exact": "1" if exact else "0"})
 
 
 class RequestLog:

@@ -59,11 +59,12 @@ class Recorder:
 
 def test_every_hook_is_exercised() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok)
+    pc = percache.enable(model, tok, reuse="shifted")
     rec = Recorder()
     pc.plugins.register(rec)
     pc.generate(SEGMENTS, max_new_tokens=2)  # miss: store
     pc.generate(SEGMENTS, max_new_tokens=2)  # hit: plan + load
+    pc.generate([SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[-1]], max_new_tokens=2)  # shifted
     pc.hooks.model_profile(model)
     pc.plugins.unregister(rec)
     assert rec.seen == set(specs.HOOK_NAMES)

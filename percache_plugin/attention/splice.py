@@ -1,0 +1,100 @@
+"""SpliceCache: a cache that holds injected K/V for positions [0, L) and writes freshly computed
+K/V at arbitrary (non-contiguous) positions.
+
+transformers 5 calls ``Cache.update(k, v, layer_idx)`` without positions, so the positions of a
+forward are announced beforehand with ``with cache.splice(positions):``. The default causal mask
+assumes contiguous queries after the cached part, so during a splice the attention hook replaces
+it with :func:`splice_mask`, built from the true positions (and the layer's sliding window).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+from transformers import DynamicCache
+
+__all__ = ["SpliceCache", "splice_mask", "ProbeDone"]
+
+
+class ProbeDone(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by a probing splice once the probed layer's fresh K/V is captured."""
+
+
+class SpliceCache(DynamicCache):
+    """A full-length cache (batch of one) whose slots can be overwritten at given positions.
+
+    :param keys: per layer ``[1, kv_heads, L, head_dim]``; slots not yet computed may hold anything.
+    :param values: like ``keys``.
+    """
+
+    def __init__(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
+        super().__init__(ddp_cache_data=list(zip(keys, values, strict=True)))
+        self._positions: torch.Tensor | None = None
+        self._probe_layer: int | None = None
+        self.probed: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def splicing(self) -> bool:
+        return self._positions is not None
+
+    @property
+    def positions(self) -> torch.Tensor | None:
+        return self._positions
+
+    @contextlib.contextmanager
+    def splice(self, positions: torch.Tensor, *, probe_layer: int | None = None) -> Iterator[SpliceCache]:
+        """Within the block, ``update`` writes the forward's K/V at ``positions`` (sorted, unique,
+        all ``< L``) and returns the whole ``[0, L)``. With ``probe_layer``, the fresh K/V of that
+        layer is kept in :attr:`probed` instead of being written and :class:`ProbeDone` is raised
+        (layers before it are written; the caller restores them if it must)."""
+        length = self.get_seq_length()
+        pos = positions.reshape(-1).to(torch.long)
+        if pos.numel() == 0:
+            raise ValueError("a splice needs at least one position")
+        if bool((pos[1:] <= pos[:-1]).any()) or int(pos[0]) < 0 or int(pos[-1]) >= length:
+            raise ValueError(f"splice positions must be sorted, unique and within [0, {length})")
+        self._positions, self._probe_layer, self.probed = pos, probe_layer, None
+        try:
+            yield self
+        finally:
+            self._positions, self._probe_layer = None, None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._positions is None:
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        if key_states.shape[-2] != self._positions.numel():
+            raise RuntimeError(
+                f"splice announced {self._positions.numel()} positions, layer {layer_idx} got "
+                f"{key_states.shape[-2]}"
+            )
+        layer = self.layers[layer_idx]
+        if self._probe_layer == layer_idx:
+            self.probed = (key_states.detach().clone(), value_states.detach().clone())
+            raise ProbeDone
+        pos = self._positions.to(layer.keys.device)
+        layer.keys.index_copy_(-2, pos, key_states.to(layer.keys.dtype))
+        layer.values.index_copy_(-2, pos, value_states.to(layer.values.dtype))
+        return layer.keys, layer.values
+
+
+def splice_mask(
+    q_positions: torch.Tensor,
+    kv_length: int,
+    *,
+    dtype: torch.dtype,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Additive mask ``[1, 1, q, kv_length]``: 0 where query position ``p`` may see key ``k``
+    (``k <= p`` and, with a window, ``p - k < sliding_window``), the dtype's minimum elsewhere.
+    Additive floats work for both sdpa and the families' eager attention."""
+    q = q_positions.reshape(-1, 1).to(torch.long)
+    k = torch.arange(kv_length, device=q.device).reshape(1, -1)
+    allowed = k <= q
+    if sliding_window is not None:
+        allowed &= (q - k) < sliding_window
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=q.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]

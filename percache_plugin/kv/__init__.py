@@ -1,0 +1,1 @@
+"""Chunk K/V reuse: prefix tree, persistent store and planner."""

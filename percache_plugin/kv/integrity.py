@@ -1,0 +1,255 @@
+"""The K/V store on disk: directory layout, atomic node files, verified reads, crash sweep.
+
+Layout: ``<root>/kv/<fp-tag>/<key>.safetensors`` (``fp-tag`` = hash of the model
+fingerprint, so two models sharing a root never overwrite each other's file), all
+directories mode 0700. A node file is a plain safetensors file (tensors ``k.{layer}`` / ``v.{layer}``) whose
+metadata binds it to a model fingerprint, a token-id hash and a checksum of the tensor
+bytes. Reads never trust the file: everything is checked against what the caller
+expects (the store's SQLite row) and any mismatch raises :class:`CorruptNodeError`.
+
+Checksum: ``zlib.crc32`` over the raw tensor bytes. Measured on 90 MiB of fp32 (2-core
+x86, Python 3.11, zlib 1.2.13): crc32 31 ms (2.8 GB/s), sha1 57 ms, sha256 60 ms,
+blake2b-64 127 ms, md5 141 ms. CRC32 detects every single-bit flip and all burst errors
+up to 32 bits, which is the failure model here (torn or bit-rotted files), not tampering.
+"""
+
+from __future__ import annotations
+
+import array
+import hashlib
+import os
+import re
+import secrets
+import sys
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+try:  # POSIX advisory locks decide who may sweep a shared directory
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "FORMAT",
+    "NODE_SUFFIX",
+    "TEMP_PREFIX",
+    "CorruptNodeError",
+    "DirectoryLock",
+    "TensorSpec",
+    "checksum_tensors",
+    "fsync_dir",
+    "hash_token_ids",
+    "make_store_dirs",
+    "node_path",
+    "read_node_file",
+    "sweep_files",
+    "validate_key",
+    "write_node_file",
+]
+
+FORMAT = "percache-kv/1"
+NODE_SUFFIX = ".safetensors"
+TEMP_PREFIX = ".tmp-"
+
+# Keys become file names: keep them portable and free of path separators.
+_KEY_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
+
+# (name, dtype as str(torch.dtype), shape), in the canonical order used for the checksum.
+TensorSpec = tuple[str, str, tuple[int, ...]]
+
+
+class CorruptNodeError(Exception):
+    """A node file is missing, unreadable or does not match what the store recorded."""
+
+
+def validate_key(key: object, what: str = "key") -> str:
+    """Return ``key`` if it is usable as a node key (and file name), else raise ValueError."""
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+        raise ValueError(
+            f"invalid node {what} {key!r}: expected 1-200 characters from [A-Za-z0-9._-], "
+            "not starting with '.'"
+        )
+    return key
+
+
+def hash_token_ids(token_ids: Sequence[int]) -> str:
+    """Stable hex digest of a token-id sequence (int64 little-endian, blake2b-128)."""
+    ids = token_ids.tolist() if hasattr(token_ids, "tolist") else list(token_ids)
+    try:
+        buf = array.array("q", ids)
+    except (TypeError, OverflowError) as exc:
+        raise ValueError(f"token_ids must be a flat sequence of ints: {exc}") from None
+    if sys.byteorder == "big":
+        buf.byteswap()
+    return hashlib.blake2b(buf.tobytes(), digest_size=16).hexdigest()
+
+
+def checksum_tensors(tensors: Iterable[torch.Tensor]) -> str:
+    """CRC32 over the raw bytes of contiguous CPU tensors, in the given order."""
+    crc = 0
+    for t in tensors:
+        if t.numel():
+            crc = zlib.crc32(t.reshape(-1).view(torch.uint8).numpy(), crc)
+    return f"crc32:{crc:08x}"
+
+
+def node_path(kv_root: Path, fingerprint: str, key: str) -> Path:
+    tag = hashlib.blake2b(fingerprint.encode(), digest_size=8).hexdigest()
+    return kv_root / tag / (key + NODE_SUFFIX)
+
+
+def make_store_dirs(root: Path, fingerprint: str) -> Path:
+    """Create ``root``, ``root/kv`` and the fingerprint's directory (0700); return the last.
+
+    Raises ValueError when a path component is not a directory and PermissionError when
+    the directory cannot be created or written, naming the path.
+    """
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"store path {str(root)!r} exists and is not a directory")
+    fp_dir = node_path(root / "kv", fingerprint, "x").parent
+    try:
+        for d in (root, root / "kv", fp_dir):
+            if not d.is_dir():
+                d.mkdir(mode=0o700, parents=True)
+                os.chmod(d, 0o700)  # mkdir's mode is filtered by the umask
+    except (NotADirectoryError, FileExistsError) as exc:
+        raise ValueError(f"cannot create store directory {str(root)!r}: {exc}") from None
+    except PermissionError as exc:
+        raise PermissionError(f"cannot create store directory {str(root)!r}: {exc}") from None
+    if not os.access(fp_dir, os.W_OK | os.X_OK):
+        raise PermissionError(f"store directory {str(fp_dir)!r} is not writable")
+    return fp_dir
+
+
+class DirectoryLock:
+    """A shared flock held while a store is open; ``exclusive`` if no other store had it.
+
+    Only an exclusive opener may sweep: another live store's temp file is in-flight work,
+    not a crash leftover. The kernel drops the lock when a process dies.
+    """
+
+    def __init__(self, kv_root: Path) -> None:
+        self._fd: int | None = None
+        self.exclusive = True
+        if fcntl is None:  # pragma: no cover - Windows: sweep without coordination
+            return
+        self._fd = os.open(kv_root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.exclusive = False
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def share(self) -> None:
+        """Downgrade to shared once the sweep is done, letting other stores open."""
+        if self._fd is not None and self.exclusive:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+            self.exclusive = False
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+
+
+def sweep_files(kv_root: Path, keep: set[Path]) -> int:
+    """Delete temp files and node files not in ``keep`` under ``kv_root/*/``; return the count."""
+    removed = 0
+    for sub in kv_root.iterdir():
+        if not sub.is_dir():
+            continue
+        stale = [f for f in sub.iterdir() if f.is_file() and (
+            f.name.startswith(TEMP_PREFIX) or (f.name.endswith(NODE_SUFFIX) and f not in keep))]
+        for f in stale:
+            f.unlink(missing_ok=True)
+        if stale:
+            fsync_dir(sub)
+            removed += len(stale)
+    return removed
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink inside ``path`` durable (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_node_file(
+    final: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]
+) -> int:
+    """Write ``tensors`` to ``final`` atomically and durably; return the file size.
+
+    Temp file in the same directory, fsync, ``os.replace``, fsync the directory: after a
+    crash the final name holds either nothing, the old file or the complete new one.
+    """
+    tmp = final.with_name(f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{NODE_SUFFIX}")
+    try:
+        save_file(dict(tensors), str(tmp), metadata=dict(metadata))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(final.parent)
+    return size
+
+
+def read_node_file(
+    path: Path,
+    *,
+    expected_metadata: Mapping[str, str],
+    layout: Sequence[TensorSpec],
+    checksum: str | None,
+) -> dict[str, torch.Tensor]:
+    """Load a node file and check it against what the store recorded.
+
+    ``checksum`` None skips the CRC (header, metadata, names, dtypes and shapes are
+    always checked: they cost microseconds). Raises CorruptNodeError with the reason.
+    """
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            for name, want in expected_metadata.items():
+                if metadata.get(name) != want:
+                    raise CorruptNodeError(
+                        f"metadata {name!r} is {metadata.get(name)!r}, expected {want!r}"
+                    )
+            names = set(f.keys())
+            if names != {name for name, _, _ in layout}:
+                raise CorruptNodeError(f"tensor names differ from the recorded layout: {sorted(names)}")
+            tensors = {name: f.get_tensor(name) for name, _, _ in layout}
+    except CorruptNodeError:
+        raise
+    except FileNotFoundError:
+        raise CorruptNodeError("file is missing") from None
+    except Exception as exc:  # the file is untrusted input: any parse failure is corruption
+        raise CorruptNodeError(f"unreadable ({type(exc).__name__}: {exc})") from None
+    for name, dtype, shape in layout:
+        t = tensors[name]
+        if str(t.dtype) != dtype or tuple(t.shape) != tuple(shape):
+            raise CorruptNodeError(
+                f"tensor {name} is {t.dtype} {tuple(t.shape)}, expected {dtype} {tuple(shape)}"
+            )
+    if checksum is not None:
+        actual = checksum_tensors(tensors[name] for name, _, _ in layout)
+        if actual != checksum:
+            raise CorruptNodeError(f"checksum {actual} does not match recorded {checksum}")
+    return tensors
