@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS kv_nodes (
     PRIMARY KEY (fingerprint, key));
 CREATE INDEX IF NOT EXISTS kv_nodes_parent ON kv_nodes (fingerprint, parent);
 CREATE INDEX IF NOT EXISTS kv_nodes_tokens ON kv_nodes (fingerprint, token_hash);
+CREATE INDEX IF NOT EXISTS kv_nodes_tokens ON kv_nodes (fingerprint, token_hash);
 CREATE TABLE IF NOT EXISTS kv_counters (
     fingerprint TEXT PRIMARY KEY, hits INTEGER NOT NULL DEFAULT 0,
     misses INTEGER NOT NULL DEFAULT 0, corrupt INTEGER NOT NULL DEFAULT 0,
@@ -343,7 +344,8 @@ class KVStore:
                          key, tensor_bytes, self._byte_limit)
                 return False
             layout: list[TensorSpec] = [(n, str(t.dtype), tuple(t.shape)) for n, t in tensors.items()]
-            checksum = checksum_tensors(tensors.values())
+            # In memory nothing can rot between put and get: skip the CRC there.
+            checksum = "none" if own else checksum_tensors(tensors.values())
             if self._memory is not None:
                 nbytes = tensor_bytes
                 self._memory[key] = ChunkKV(

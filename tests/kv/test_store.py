@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from percache_plugin.kv.store import ChunkKV, KVStore
 
@@ -247,6 +249,18 @@ def test_file_of_another_fingerprint_is_detected(tmp_path: Path) -> None:
         assert a.get("k") is not None
 
 
+def test_reshaped_tensors_are_detected(tmp_path: Path) -> None:
+    # Same bytes, same metadata, same checksum: only the recorded layout can tell.
+    with KVStore(tmp_path, fingerprint=FP) as s:
+        s.put("a", make_kv(), parent=None, start=0, token_ids=ids())
+        path = node_file(s, "a")
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata()
+            tensors = {name: f.get_tensor(name).reshape(2, 10, 2) for name in f.keys()}
+        save_file(tensors, str(path), metadata=meta)
+        assert s.get("a") is None and s.stats().corrupt == 1
+
+
 def test_verify_off_still_checks_structure(tmp_path: Path) -> None:
     with KVStore(tmp_path, fingerprint=FP, verify=False) as s:
         s.put("a", make_kv(), parent=None, start=0, token_ids=ids())
@@ -342,3 +356,13 @@ def test_threads_share_one_store(tmp_path: Path) -> None:
             t.join()
         assert errors == []
         assert s.stats().entries == 32 and s.stats().hits == 32
+
+
+def test_find_by_tokens_lists_every_context_of_a_chunk(tmp_path: Path) -> None:
+    with KVStore(tmp_path, fingerprint="model-a") as a, KVStore(tmp_path, fingerprint="model-b") as b:
+        a.put("r", make_kv(), parent=None, start=0, token_ids=ids(5, 100))
+        a.put("x1", make_kv(), parent=None, start=0, token_ids=ids())
+        a.put("x2", make_kv(), parent="r", start=5, token_ids=ids())
+        b.put("x3", make_kv(), parent=None, start=0, token_ids=ids())
+        assert [n.key for n in a.find_by_tokens(ids())] == ["x1", "x2"]
+        assert a.find_by_tokens(ids(5, 1)) == []
