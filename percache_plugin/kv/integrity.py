@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 try:  # POSIX advisory locks decide who may sweep a shared directory
     import fcntl
@@ -55,6 +55,7 @@ __all__ = [
 FORMAT = "percache-kv/1"
 NODE_SUFFIX = ".safetensors"
 TEMP_PREFIX = ".tmp-"
+_ANY_TEMP = ".tmp"  # ours, and the ".tmpXXXXXX" of older writers of this directory
 
 # Keys become file names: keep them portable and free of path separators.
 _KEY_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
@@ -164,7 +165,7 @@ def sweep_files(kv_root: Path, keep: set[Path]) -> int:
         if not sub.is_dir():
             continue
         stale = [f for f in sub.iterdir() if f.is_file() and (
-            f.name.startswith(TEMP_PREFIX) or (f.name.endswith(NODE_SUFFIX) and f not in keep))]
+            f.name.startswith(_ANY_TEMP) or (f.name.endswith(NODE_SUFFIX) and f not in keep))]
         for f in stale:
             f.unlink(missing_ok=True)
         if stale:
@@ -196,12 +197,17 @@ def write_node_file(
     crash the final name holds either nothing, the old file or the complete new one.
     """
     tmp = final.with_name(f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{NODE_SUFFIX}")
+    # Serialize in memory and write our own temp file: safetensors' save_file() writes through
+    # a temp file of its own (".tmpXXXXXX"), which a kill would leave under a name we don't own.
+    payload = save(dict(tensors), metadata=dict(metadata))
     try:
-        save_file(dict(tensors), str(tmp), metadata=dict(metadata))
-        fd = os.open(tmp, os.O_RDONLY)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
             os.fsync(fd)
-            size = os.fstat(fd).st_size
+            size = len(payload)
         finally:
             os.close(fd)
         os.replace(tmp, final)

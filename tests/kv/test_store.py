@@ -366,3 +366,16 @@ def test_find_by_tokens_lists_every_context_of_a_chunk(tmp_path: Path) -> None:
         b.put("x3", make_kv(), parent=None, start=0, token_ids=ids())
         assert [n.key for n in a.find_by_tokens(ids())] == ["x1", "x2"]
         assert a.find_by_tokens(ids(5, 1)) == []
+
+
+def test_open_sweeps_a_foreign_temp_file_left_by_a_kill(tmp_path: Path) -> None:
+    """Regression: safetensors' save_file wrote through its own ".tmpXXXXXX" file, which a
+    SIGKILL left behind under a name the sweep did not know."""
+    with KVStore(tmp_path, fingerprint=FP) as s:
+        s.put("a", make_kv(), parent=None, start=0, token_ids=ids())
+        leftover = node_file(s, "a").parent / ".tmpn1RHNg"
+    leftover.write_bytes(b"partial")
+    with KVStore(tmp_path, fingerprint=FP) as s:
+        assert not leftover.exists()
+        assert s.get("a", token_ids=ids()) is not None
+    assert not [p for p in (tmp_path / "kv").rglob(".tmp*")]

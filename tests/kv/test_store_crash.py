@@ -33,7 +33,7 @@ def node_ids(i: int) -> list[int]:
 
 
 # The writer pauses at a chosen point so the kill lands exactly there; the store code is
-# untouched, only the child's view of save_file / os.replace is wrapped.
+# untouched, only the child's view of os.replace is wrapped.
 WRITER = f"""
 import os, sys, time, types
 # Bare package object: the store needs only torch + safetensors, and the package
@@ -54,14 +54,12 @@ def pause(point):
         print(point, flush=True)
         time.sleep(60)
 
-save_file, replace = integrity.save_file, os.replace
-def wrapped_save(*a, **k):
-    save_file(*a, **k)
-    pause("after-temp")
+replace = os.replace
 def wrapped_replace(*a, **k):
+    pause("after-temp")  # the temp file is written and fsynced, not yet renamed
     replace(*a, **k)
     pause("after-replace")
-integrity.save_file, os.replace = wrapped_save, wrapped_replace
+os.replace = wrapped_replace
 
 store = KVStore(path, fingerprint=FP)
 while True:
