@@ -19,10 +19,13 @@ __all__ = ["main", "COMMANDS", "BENCHMARKS"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("percache_plugin.demo", "run the default assistant on the bundled SmolLM2 model"),
     "plugins": ("percache_plugin.plugin_list", "list the loaded plugins and their hooks"),
+    "conformance": ("percache_plugin.conformance.cli",
+                    "check percache's correctness and capabilities on a model"),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "ttft": ("percache_plugin.bench.ttft", "time to first token: plain vs warm on-disk store (SmolLM2)"),
     "splice": ("percache_plugin.bench.splice", "shifted chunk reuse: quality and speed per recompute strategy"),
+    "e2e": ("percache_plugin.bench.e2e", "end-to-end replay of QMSum users: methods, latency, hit rates, quality"),
 }
 
 

@@ -13,9 +13,14 @@ from typing import Any
 
 import pluggy
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
-from .ask import Answer, ask, run_idle
+from .ask import Answer, ask
 from .attention.backend import AttentionSwitch, install, uninstall
 from .attention.rope import NotShiftable, RopeShifter
 from .attention.splice import ProbeDone, SpliceCache, splice_mask
@@ -28,11 +33,21 @@ from .kv.cache import cache_from_chunks, empty_cache, slice_chunk
 from .kv.planner import ReusePlan
 from .kv.recompute import RecomputeContext
 from .kv.store import DB_NAME, ChunkKV, KVStore
+from .predict.state import PredictionState
 from .rag.embeddings import Embedder, load_embedder
 from .rag.knowledge import AddReport, KnowledgeBank
 from .rag.qa_bank import QABank
+from .scheduler import (
+    BackgroundStats,
+    Preempted,
+    after_documents,
+    after_question,
+    queue_conversions,
+    run_idle,
+)
 from .segments import Prompt, Segment, build_prompt, node_key, normalize_segments
 from .stats import Generation, GenerationStats, StatsTotals
+from .worker import IdleWorker
 
 __all__ = ["PerCache", "Capabilities", "Prefilled", "enable"]
 
@@ -79,6 +94,18 @@ class _PlanError(RuntimeError):
     """A reuse plan that cannot be executed consistently; the request falls back to a full prefill."""
 
 
+class _PreemptCheck(StoppingCriteria):
+    """Stops a background generation after the current token when a foreground call waits."""
+
+    def __init__(self, flag: threading.Event) -> None:
+        self.flag = flag
+        self.fired = False
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        self.fired = self.fired or self.flag.is_set()
+        return torch.full((input_ids.shape[0],), self.fired, dtype=torch.bool, device=input_ids.device)
+
+
 class _FirstTokenClock(LogitsProcessor):
     """Records when the first next-token distribution is ready (time to first token)."""
 
@@ -103,7 +130,8 @@ def _context_limit(model: Any) -> int | None:
 class PerCache:
     """A handle on one enabled model. Create it with :func:`enable`."""
 
-    def __init__(self, model: Any, tokenizer: Any, store: str | Path | None, config: Config) -> None:
+    def __init__(self, model: Any, tokenizer: Any, store: str | Path | None, config: Config,
+                 plugins: Sequence[object] = ()) -> None:
         if not hasattr(model, "generate") or not hasattr(model, "config"):
             raise TypeError(f"model must be a transformers PreTrainedModel, got {type(model).__name__}")
         if not callable(tokenizer):
@@ -112,8 +140,15 @@ class PerCache:
         self.tokenizer = tokenizer
         self.config = config
         self._lock = threading.RLock()
+        self._preempt = threading.Event()
+        self._fg_count = 0
+        self._fg_mutex = threading.Lock()
+        self._worker: IdleWorker | None = None
+        self.background_stats = BackgroundStats()
         self._totals = StatsTotals()
         self.plugins: pluggy.PluginManager = make_plugin_manager()
+        for plugin in plugins:  # before anything asks the hooks (the model profile, below)
+            self.plugins.register(plugin)
         self.hooks = Hooks(self.plugins)
         self.fingerprint = model_fingerprint(model, tokenizer)
         path = None if store is None else Path(store).expanduser()
@@ -126,6 +161,8 @@ class PerCache:
         self._knowledge: KnowledgeBank | None = None
         self._qa_bank: QABank | None = None
         self._idle_queue: IdleQueue | None = None
+        self._prediction_state: PredictionState | None = None
+        self.n_parameters = sum(p.numel() for p in model.parameters())
         self._active_splice: SpliceCache | None = None
         self._splice_masks: dict[tuple[int | None, int], torch.Tensor] = {}
         self._switch: AttentionSwitch = install(model, self._relay)
@@ -185,13 +222,14 @@ class PerCache:
 
     def disable(self) -> None:
         """Restore the model's own attention; the handle can no longer serve requests."""
+        self.stop_idle_worker()
         with self._lock:
             if self._enabled:
                 uninstall(self.model, self._switch)
                 self._enabled = False
             if not self._closed:
                 self._closed = True
-                for part in (self._qa_bank, self._idle_queue):
+                for part in (self._qa_bank, self._idle_queue, self._prediction_state):
                     if part is not None:
                         part.close()
                 self.store.close()
@@ -242,7 +280,7 @@ class PerCache:
 
         Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64).
         """
-        with self._lock:
+        with self._foreground():
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
             prompt, cache, served, stats, finish = self._prepare(
@@ -251,6 +289,8 @@ class PerCache:
             finish(cache)
             if self._enabled:
                 self.hooks.request_end(self, prompt, gen)
+            if gen.stats.fallback == "preempted":
+                raise Preempted("background generation yielded to a foreground request")
             return gen
 
     def prefill(self, segments: Sequence[str | Segment]) -> Prefilled:
@@ -259,7 +299,7 @@ class PerCache:
         Feed ``prompt.input_ids[-1:]`` (plus any continuation) to the model with
         ``past_key_values=result.cache`` to get next-token distributions, e.g. for
         teacher-forced quality checks of approximate reuse. What was computed is stored."""
-        with self._lock:
+        with self._foreground():
             t0 = time.perf_counter()
             prompt, cache, served, stats, finish = self._prepare(segments, 1, t0)
             have = cache.get_seq_length()  # a splice already filled every position but the last
@@ -311,9 +351,13 @@ class PerCache:
         """Change settings at run time (validated like :func:`enable`'s keywords); a new
         ``kv_byte_limit`` applies at once (evicting if needed)."""
         with self._lock:
-            self.config = self.config.replace(**changes)
+            old, self.config = self.config, self.config.replace(**changes)
             if "kv_byte_limit" in changes:
                 self.store.set_byte_limit(self.config.kv_byte_limit)
+            if "qa_byte_limit" in changes and self._qa_bank is not None:
+                self._qa_bank.set_byte_limit(self.config.qa_byte_limit)
+            if {"similarity_threshold", "population_cutoff", "kv_byte_limit"} & set(changes):
+                queue_conversions(self, old, self.config)
             return self.config
 
     # -- planning and loading ---------------------------------------------------------------
@@ -446,17 +490,23 @@ class PerCache:
         clock = _FirstTokenClock()
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
         processors.append(clock)
+        criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
+        preempt = _PreemptCheck(self._preempt) if self._in_background() else None
+        if preempt is not None:
+            criteria.append(preempt)
         pad = self.tokenizer.pad_token_id
         if pad is None:
             pad = self.tokenizer.eos_token_id
         with torch.inference_mode():
             out = self.model.generate(
                 ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
-                logits_processor=processors, return_dict_in_generate=True,
+                logits_processor=processors, stopping_criteria=criteria, return_dict_in_generate=True,
                 output_logits=True, pad_token_id=pad, **kwargs,
             )
         new = out.sequences[0, prompt.n_tokens:].tolist()
         stats.new_tokens = len(new)
+        if preempt is not None and preempt.fired:
+            stats.fallback = "preempted"
         stats.ttft_s = (clock.t or time.perf_counter()) - t0
         stats.total_s = time.perf_counter() - t0
         text = self.tokenizer.decode(new, skip_special_tokens=True)
@@ -528,32 +578,114 @@ class PerCache:
         """Add documents (strings, UTF-8 bytes, mappings with ``text``/``id``/``scope``/``metadata``,
         or :class:`Document`) to the knowledge bank; duplicates are stored once. Stored answers
         that the new chunks would change are marked stale and queued for refresh."""
-        with self._lock:
+        with self._foreground():
             report = self.knowledge.add_documents(docs, scope=scope)
             self.hooks.documents_added(self, report)
+            by_scope: dict[str | None, list[str]] = {}
+            for c in report.new_chunks:
+                by_scope.setdefault(c.scope, []).append(c.id)
+            for chunk_scope, ids in by_scope.items():
+                after_documents(self, chunk_scope, ids)
             return report
 
     def ask(self, query: str, *, scope: str | None = None, **generate_kwargs: Any) -> Answer:
         """Answer from the QA bank if a stored question matches, else retrieve and generate."""
-        with self._lock:
-            return ask(self, query, scope, **generate_kwargs)
+        with self._foreground():
+            answer = ask(self, query, scope, **generate_kwargs)
+            after_question(self, query, scope)
+            return answer
 
-    def idle(self, budget_s: float | None = None, max_tasks: int | None = None,
-             **generate_kwargs: Any) -> IdleReport:
-        """Run deferred work (real answers of QA-bank hits, refresh of stale entries)."""
+    def idle(self, budget_s: float | None = None, max_tasks: int | None = None) -> IdleReport:
+        """Run deferred work now, in this thread: abstracts and predictions, population of
+        predicted questions, real answers of QA-bank hits, refresh of stale entries, and the
+        scheduler's conversions. Stops when the queue has nothing runnable, after ``max_tasks``,
+        or once ``budget_s`` is spent (checked between tasks)."""
         with self._lock:
-            return run_idle(self, budget_s, max_tasks, **generate_kwargs)
+            return run_idle(self, budget_s, max_tasks)
+
+    @property
+    def prediction_state(self) -> PredictionState:
+        """Per-scope abstract, chunks waiting for it, and recent questions."""
+        if self._prediction_state is None:
+            self._prediction_state = PredictionState(self._db_path())
+        return self._prediction_state
+
+    def predict(self, kind: str = "knowledge", *, scope: str | None = None, rounds: int = 1) -> int:
+        """Queue predictions now (no quiet period): ``"knowledge"`` (from the abstract) or
+        ``"history"`` (from recent questions); returns how many were queued."""
+        if kind not in ("knowledge", "history"):
+            raise ValueError(f"kind must be 'knowledge' or 'history', got {kind!r}")
+        return sum(self.idle_queue.push(f"predict_{kind}", f"manual round {r + 1}", scope)  # type: ignore[arg-type]
+                   for r in range(rounds))
+
+    def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
+        """Whether every reusable piece of this prompt is in the store as an exact prefix."""
+        return all(self.store.contains(p.key) for p in self.prompt(segments).reusable)
+
+    # -- background work --------------------------------------------------------------------
+    def start_idle_worker(self, *, poll_s: float = 0.2) -> IdleWorker:
+        """Run idle work in a background thread; foreground calls preempt it within one decode
+        step. Stop it with :meth:`stop_idle_worker` (``disable()`` stops it too)."""
+        with self._lock:
+            if self._worker is not None and self._worker.running:
+                return self._worker
+            self._worker = IdleWorker(self, poll_s=poll_s)
+            self._worker.start()
+            return self._worker
+
+    def stop_idle_worker(self) -> IdleReport | None:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return None
+        worker.stop()
+        return worker.report
+
+    def _in_background(self) -> bool:
+        return self._worker is not None and threading.get_ident() == self._worker.ident
+
+    def _foreground_waiting(self) -> bool:
+        return self._fg_count > 0
+
+    @contextlib.contextmanager
+    def _foreground(self) -> Iterator[None]:
+        """Hold the handle for a foreground call, preempting background work first."""
+        if self._in_background():
+            with self._lock:
+                yield
+            return
+        with self._fg_mutex:
+            self._fg_count += 1
+            self._preempt.set()
+        try:
+            with self._lock:
+                yield
+        finally:
+            with self._fg_mutex:
+                self._fg_count -= 1
+                if self._fg_count == 0:
+                    self._preempt.clear()
+
+    def _background_step(self) -> IdleReport:
+        """One task, if no foreground call waits (called by the worker thread)."""
+        with self._lock:
+            if self._preempt.is_set():
+                return IdleReport()
+            return run_idle(self, max_tasks=1)
 
     def __repr__(self) -> str:
         return f"PerCache({self.capabilities.summary()}, store={self.store.path or 'memory'})"
 
 
-def enable(model: Any, tokenizer: Any, store: str | Path | None = None, **config: Any) -> PerCache:
+def enable(model: Any, tokenizer: Any, store: str | Path | None = None, *,
+           plugins: Sequence[object] = (), **config: Any) -> PerCache:
     """Switch ``model`` to percache and return its handle.
 
     :param model: a loaded transformers causal LM.
     :param tokenizer: its tokenizer.
     :param store: None for an in-memory store, or a directory for a persistent one.
+    :param plugins: plugins to register before the handle is built (needed for hooks consulted
+        once at enable time, such as ``percache_model_profile``); others can be registered later
+        with ``pc.plugins.register``.
     :param config: :class:`Config` fields as keyword arguments (unknown keys raise ``ConfigError``).
     """
-    return PerCache(model, tokenizer, store, Config.from_kwargs(**config))
+    return PerCache(model, tokenizer, store, Config.from_kwargs(**config), plugins)

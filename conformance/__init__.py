@@ -1,0 +1,1 @@
+"""pytest front end of the percache conformance suite (``pytest conformance --model PATH``)."""
