@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .idle import IdleReport, IdleTask
 from .segments import Segment
 from .stats import GenerationStats
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .engine import PerCache
     from .rag.chunking import Chunk
 
-__all__ = ["Answer", "ask", "generate_answer", "run_idle"]
+__all__ = ["Answer", "ask", "generate_answer", "segments_for"]
 
 
 @dataclass
@@ -53,20 +53,24 @@ def _ordered(chunks: list[Chunk]) -> list[Chunk]:
     return sorted(chunks, key=lambda c: (c.doc_id, c.index, c.id))
 
 
+def segments_for(pc: PerCache, query: str, chunk_ids: Sequence[str]) -> list[Segment]:
+    """The prompt of ``query`` over the given chunks, as ask() builds it."""
+    chunks = _ordered([pc.knowledge.chunk(c) for c in chunk_ids])
+    return [Segment(pc.config.system_prompt, "system"),
+            *(Segment(c.text, "chunk", id=c.id) for c in chunks), Segment(query, "query")]
+
+
 def generate_answer(pc: PerCache, query: str, scope: str | None, chunks: list[Chunk] | None = None,
-                    **generate_kwargs: Any) -> Answer:
+                    *, origin: str = "user", **generate_kwargs: Any) -> Answer:
     """Retrieve (unless ``chunks`` are given), generate, and store the QA entry."""
     t0 = time.perf_counter()
     if chunks is None:
         chunks = pc.hooks.retrieve(pc, query, pc.config.top_k, scope)
-    chunks = _ordered(chunks)
-    segments = [Segment(pc.config.system_prompt, "system"),
-                *(Segment(c.text, "chunk", id=c.id) for c in chunks), Segment(query, "query")]
+    sources = tuple(c.id for c in _ordered(chunks))
     generate_kwargs.setdefault("do_sample", False)
-    gen = pc.generate(segments, **generate_kwargs)
+    gen = pc.generate(segments_for(pc, query, sources), **generate_kwargs)
     text = gen.text.strip()
-    sources = tuple(c.id for c in chunks)
-    pc.hooks.qa_store(pc, query, text, scope, sources)
+    pc.hooks.qa_store(pc, query, text, scope, sources, origin)
     return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0)
 
 
@@ -87,31 +91,3 @@ def ask(pc: PerCache, query: str, scope: str | None = None, **generate_kwargs: A
     answer.rejected_by = result.rejected_by if result is not None else None
     answer.latency_s = time.perf_counter() - t0
     return answer
-
-
-def _run_task(pc: PerCache, task: IdleTask, report: IdleReport, **generate_kwargs: Any) -> None:
-    answer = generate_answer(pc, task.question, task.scope, **generate_kwargs)
-    if answer.stats is not None:
-        report.prefill_tokens += answer.stats.tokens_computed
-        report.decode_tokens += answer.stats.new_tokens
-
-
-def run_idle(pc: PerCache, budget_s: float | None = None, max_tasks: int | None = None,
-             **generate_kwargs: Any) -> IdleReport:
-    """Run queued tasks, oldest first, until the queue is empty, ``max_tasks`` ran, or the
-    ``budget_s`` is spent (checked between tasks). A task leaves the queue only when done."""
-    t0 = time.perf_counter()
-    report = IdleReport()
-    while max_tasks is None or report.tasks_run < max_tasks:
-        if budget_s is not None and time.perf_counter() - t0 >= budget_s:
-            break
-        task = pc.idle_queue.peek()
-        if task is None:
-            break
-        _run_task(pc, task, report, **generate_kwargs)
-        pc.idle_queue.done(task)
-        report.tasks_run += 1
-        report.by_kind[task.kind] = report.by_kind.get(task.kind, 0) + 1
-    report.seconds = time.perf_counter() - t0
-    report.remaining = len(pc.idle_queue)
-    return report

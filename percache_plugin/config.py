@@ -93,12 +93,38 @@ class Config:
     qa_byte_limit: int | None = _help("Byte limit of the QA bank (LFU eviction).", 100 * 2**20)
     use_qa_bank: bool = _help("Answer from the QA bank when a stored question matches.", True)
     use_kv: bool = _help("Reuse and store chunk K/V (False: every prompt is computed).", True)
+    predict: Literal["off", "knowledge", "history", "both"] = _help(
+        "Predict questions in idle time: from an abstract of new documents ('knowledge'), "
+        "from the user's recent questions ('history'), or both.",
+        "both",
+    )
+    prediction_stride: int = _help("Questions asked of the model per prediction.", 5)
+    knowledge_rounds: int = _help("Knowledge-based predictions after new documents.", 2)
+    prediction_quiet_s: float = _help(
+        "Quiet period (seconds) after new documents or a question before predicting.", 10.0)
+    population_cutoff: float = _help(
+        "Scheduler cutoff: with similarity_threshold above it, predicted questions are only "
+        "prefilled (chunk K/V stored, QA entry without an answer, since a high threshold makes "
+        "QA hits rare); at or below it they are also decoded.",
+        0.85,
+    )
+    abstract_max_chunks: int = _help(
+        "Most new chunks summarized per abstract update (spread evenly over the new ones).", 8)
+    abstract_batch_chunks: int = _help("Chunks summarized in one model call.", 4)
+    abstract_max_words: int = _help("Length cap of the persisted abstract, in words.", 250)
+    background_max_new_tokens: int = _help(
+        "Tokens decoded per background answer, summary or prediction.", 64)
+    prompt_dir: str | None = _help(
+        "Folder with prompt templates overriding the bundled ones (abstract.txt, "
+        "knowledge_questions.txt, history_questions.txt).",
+        None,
+    )
     debug_log: bool = _help(
         "Log one line per request at INFO level (logger 'percache') saying what was reused.",
         False,
     )
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901 - one check per field
         if self.storage_dtype is not None and self.storage_dtype not in _DTYPES:
             raise ConfigError(
                 f"storage_dtype must be None or one of {sorted(_DTYPES)}, got {self.storage_dtype!r}"
@@ -119,7 +145,15 @@ class Config:
             raise ConfigError(f"chat_template must be None, True or False, got {self.chat_template!r}")
         if not isinstance(self.chunk_separator, str):
             raise ConfigError("chunk_separator must be a string")
-        for name in ("chunk_words", "top_k"):
+        if self.predict not in ("off", "knowledge", "history", "both"):
+            raise ConfigError(f"predict must be 'off', 'knowledge', 'history' or 'both', got {self.predict!r}")
+        if self.prediction_quiet_s < 0:
+            raise ConfigError(f"prediction_quiet_s must be >= 0, got {self.prediction_quiet_s!r}")
+        if isinstance(self.knowledge_rounds, bool) or not isinstance(self.knowledge_rounds, int) \
+                or self.knowledge_rounds < 0:
+            raise ConfigError(f"knowledge_rounds must be an int >= 0, got {self.knowledge_rounds!r}")
+        for name in ("chunk_words", "top_k", "prediction_stride", "abstract_max_chunks",
+                     "abstract_batch_chunks", "abstract_max_words", "background_max_new_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")

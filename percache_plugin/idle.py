@@ -9,22 +9,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["IdleTask", "IdleQueue", "IdleReport", "TaskKind"]
+__all__ = ["IdleTask", "IdleQueue", "IdleReport", "TaskKind", "TASK_KINDS"]
 
-TaskKind = Literal["answer", "refresh"]
+TaskKind = Literal["answer", "refresh", "abstract", "predict_knowledge", "predict_history",
+                   "populate", "decode", "reprefill"]
+TASK_KINDS: tuple[str, ...] = ("answer", "refresh", "abstract", "predict_knowledge",
+                               "predict_history", "populate", "decode", "reprefill")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS idle_tasks (
     id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, question TEXT NOT NULL,
-    scope TEXT, created REAL NOT NULL, UNIQUE (kind, question, scope));
+    scope TEXT, created REAL NOT NULL, not_before REAL NOT NULL DEFAULT 0,
+    UNIQUE (kind, question, scope));
 """
+_COLS = "id, kind, question, scope, created"
 
 
 @dataclass(frozen=True)
 class IdleTask:
     """One deferred job.
 
-    :ivar kind: ``answer`` (compute the real answer of a question served from the QA bank) or
-        ``refresh`` (regenerate a stale QA entry after new documents).
+    :ivar kind: ``answer`` (compute the real answer of a question served from the QA bank),
+        ``refresh`` (regenerate a stale QA entry after new documents), ``abstract`` (summarize
+        new chunks of ``scope``), ``predict_knowledge`` / ``predict_history`` (predict
+        questions; ``question`` names the round), ``populate`` (process a predicted question),
+        ``decode`` (answer a prefill-only entry), ``reprefill`` (restore evicted chunk K/V).
     """
 
     id: int
@@ -42,8 +50,11 @@ class IdleReport:
     by_kind: dict[str, int] = field(default_factory=dict)
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    flops: float = 0.0
     seconds: float = 0.0
     remaining: int = 0
+    preempted: int = 0
+    predicted: list[str] = field(default_factory=list)
 
 
 class IdleQueue:
@@ -58,20 +69,30 @@ class IdleQueue:
                                    check_same_thread=False, isolation_level=None, timeout=10)
         self._db.executescript(_SCHEMA)
 
-    def push(self, kind: TaskKind, question: str, scope: str | None) -> bool:
-        """Queue a task; False if the same one is already queued."""
+    def push(self, kind: TaskKind, question: str, scope: str | None, *, delay_s: float = 0.0) -> bool:
+        """Queue a task, runnable after ``delay_s`` (a quiet period); False if the same task is
+        already queued (its start is then pushed back by the new quiet period)."""
+        if kind not in TASK_KINDS:
+            raise ValueError(f"unknown idle task kind {kind!r}; known: {TASK_KINDS}")
+        now = time.time()
         with self._lock:
             cur = self._db.execute(
-                "INSERT OR IGNORE INTO idle_tasks (kind, question, scope, created) VALUES (?, ?, ?, ?)",
-                (kind, question, scope, time.time()))
-            return cur.rowcount == 1
+                "INSERT OR IGNORE INTO idle_tasks (kind, question, scope, created, not_before)"
+                " VALUES (?, ?, ?, ?, ?)", (kind, question, scope, now, now + delay_s))
+            if cur.rowcount == 1:
+                return True
+            if delay_s > 0:
+                self._db.execute("UPDATE idle_tasks SET not_before = ? WHERE kind = ? AND question = ?"
+                                 " AND scope IS ?", (now + delay_s, kind, question, scope))
+            return False
 
     def peek(self) -> IdleTask | None:
-        """The oldest task (it stays queued until :meth:`done`, so a crash mid-task retries it)."""
+        """The oldest runnable task (it stays queued until :meth:`done`, so a crash or a
+        preemption mid-task runs it again later)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT id, kind, question, scope, created FROM idle_tasks ORDER BY id LIMIT 1"
-            ).fetchone()
+                f"SELECT {_COLS} FROM idle_tasks WHERE not_before <= ? ORDER BY id LIMIT 1",
+                (time.time(),)).fetchone()
             return None if row is None else IdleTask(*row)
 
     def done(self, task: IdleTask) -> None:
@@ -80,8 +101,7 @@ class IdleQueue:
 
     def pending(self) -> list[IdleTask]:
         with self._lock:
-            rows = self._db.execute(
-                "SELECT id, kind, question, scope, created FROM idle_tasks ORDER BY id").fetchall()
+            rows = self._db.execute(f"SELECT {_COLS} FROM idle_tasks ORDER BY id").fetchall()
             return [IdleTask(*r) for r in rows]
 
     def __len__(self) -> int:

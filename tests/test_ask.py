@@ -22,6 +22,8 @@ GEN = {"max_new_tokens": 4}
 
 def _pc(store: Path | None = None, **config: object) -> percache.PerCache:
     model, tok = tiny_pair("llama")
+    config.setdefault("predict", "off")
+    config.setdefault("background_max_new_tokens", 4)
     return percache.enable(model, tok, store=store, embedder="hash", **config)
 
 
@@ -35,7 +37,7 @@ def test_miss_then_hit_then_deferred_answer() -> None:
     assert again.source == "qa_bank" and again.text == first.text
     assert again.matched_question == "When is the choir rehearsal?"
     assert [t.kind for t in pc.idle_queue.pending()] == ["answer"]
-    report = pc.idle(**GEN)
+    report = pc.idle()
     assert report.tasks_run == 1 and report.remaining == 0 and report.decode_tokens > 0
     assert len(pc.qa_bank.entries(scope="alice")) == 2
 
@@ -68,7 +70,7 @@ def test_new_documents_mark_answers_stale_and_refresh_them() -> None:
     assert entry.stale
     assert [(t.kind, t.question) for t in pc.idle_queue.pending()] == [
         ("refresh", "When is the choir rehearsal?")]
-    report = pc.idle(**GEN)
+    report = pc.idle()
     assert report.by_kind == {"refresh": 1}
     (entry,) = pc.qa_bank.entries(scope="alice")
     assert not entry.stale

@@ -118,9 +118,10 @@ class Hooks:
                   retrieved: Sequence[str]) -> LookupResult | None:
         return self._hook.percache_qa_lookup(pc=pc, query=query, scope=scope, retrieved=retrieved)
 
-    def qa_store(self, pc: PerCache, query: str, answer: str, scope: str | None,
-                 sources: Sequence[str]) -> None:
-        self._hook.percache_qa_store(pc=pc, query=query, answer=answer, scope=scope, sources=sources)
+    def qa_store(self, pc: PerCache, query: str, answer: str | None, scope: str | None,
+                 sources: Sequence[str], origin: str = "user") -> None:
+        self._hook.percache_qa_store(pc=pc, query=query, answer=answer, scope=scope,
+                                     sources=sources, origin=origin)
 
     def documents_added(self, pc: PerCache, report: AddReport) -> None:
         self._hook.percache_documents_added(pc=pc, report=report)

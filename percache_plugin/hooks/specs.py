@@ -178,15 +178,17 @@ def percache_qa_lookup(
 
 @hookspec
 def percache_qa_store(
-    pc: PerCache, query: str, answer: str, scope: str | None, sources: Sequence[str]
+    pc: PerCache, query: str, answer: str | None, scope: str | None, sources: Sequence[str],
+    origin: str,
 ) -> None:
-    """A question was answered by generation; remember it. Every implementation is called.
+    """A question was answered (or prefilled); remember it. Every implementation is called.
 
     :param pc: the handle.
     :param query: the question.
-    :param answer: the generated answer.
+    :param answer: the generated answer, or None for a prefill-only predicted question.
     :param scope: the question's scope.
     :param sources: ids of the chunks the answer was generated from.
+    :param origin: ``"user"`` (asked by the user) or ``"predicted"`` (idle-time population).
     """
 
 

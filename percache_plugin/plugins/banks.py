@@ -40,10 +40,10 @@ class QABankPlugin:
         )
 
     @hookimpl(trylast=True)
-    def percache_qa_store(self, pc: PerCache, query: str, answer: str, scope: str | None,
-                          sources: Sequence[str]) -> None:
+    def percache_qa_store(self, pc: PerCache, query: str, answer: str | None, scope: str | None,
+                          sources: Sequence[str], origin: str) -> None:
         if pc.config.use_qa_bank:
-            pc.qa_bank.add(query, answer, scope=scope, sources=list(sources))
+            pc.qa_bank.add(query, answer, scope=scope, sources=list(sources), origin=origin)  # type: ignore[arg-type]
 
     @hookimpl(trylast=True)
     def percache_documents_added(self, pc: PerCache, report: AddReport) -> None:

@@ -1,0 +1,1 @@
+"""Predictive population: knowledge abstract, predicted questions, their parsing."""

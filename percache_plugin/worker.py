@@ -1,0 +1,73 @@
+"""A background thread that runs idle work and yields to foreground requests at once."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from .idle import IdleReport
+
+if TYPE_CHECKING:
+    from .engine import PerCache
+
+__all__ = ["IdleWorker"]
+
+
+class IdleWorker:
+    """Runs ``pc``'s idle queue one task at a time while no foreground request is waiting.
+
+    A foreground call (ask, generate, prefill, add_documents) raises the handle's preempt flag;
+    a background decode checks it after every token and stops, the task stays queued, and the
+    worker resumes it once the foreground is done. Errors in a task are counted and logged,
+    and the task is dropped from the queue after ``max_failures`` attempts.
+    """
+
+    def __init__(self, pc: PerCache, *, poll_s: float = 0.2) -> None:
+        self._pc = pc
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="percache-idle", daemon=True)
+        self.report = IdleReport()
+        self.errors: list[str] = []
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Ask the worker to stop after the current decode step, and wait for it."""
+        self._stop.set()
+        self._pc._preempt.set()  # interrupt a running decode now
+        self._thread.join(timeout)
+        if not self._pc._foreground_waiting():
+            self._pc._preempt.clear()
+
+    def _loop(self) -> None:
+        pc = self._pc
+        while not self._stop.is_set():
+            if pc._preempt.is_set():
+                self._stop.wait(0.005)
+                continue
+            if pc.idle_queue.peek() is None:
+                self._stop.wait(self._poll_s)
+                continue
+            try:
+                r = pc._background_step()
+            except Exception as exc:  # noqa: BLE001 - a failing task must not kill the worker
+                self.errors.append(repr(exc))
+                continue
+            self.report.tasks_run += r.tasks_run
+            self.report.preempted += r.preempted
+            self.report.prefill_tokens += r.prefill_tokens
+            self.report.decode_tokens += r.decode_tokens
+            self.report.flops += r.flops
+            self.report.predicted.extend(r.predicted)
+            for k, v in r.by_kind.items():
+                self.report.by_kind[k] = self.report.by_kind.get(k, 0) + v

@@ -1,0 +1,135 @@
+"""Idle-time work: population policy, conversions, refresh, accounting, preemption."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import percache_plugin as percache
+from percache_plugin.ask import segments_for
+from tests.helpers import tiny_pair
+
+DOCS = [
+    "Ana: the choir rehearsal moved to Friday at 6 pm in the small hall.",
+    "Ben: the budget review is on Monday; travel costs are over plan.",
+    "Carl: I borrowed the projector and will return it on Saturday.",
+]
+PREDICTED = ["When is the rehearsal?", "Who has the projector?"]
+
+
+def _pc(**config: Any) -> percache.PerCache:
+    model, tok = tiny_pair("llama")
+    config = {"embedder": "hash", "predict": "off", "background_max_new_tokens": 3, **config}
+    pc = percache.enable(model, tok, **config)
+    pc.add_documents(DOCS, scope="u")
+    return pc
+
+
+def _populate(pc: percache.PerCache) -> None:
+    for q in PREDICTED:
+        pc.idle_queue.push("populate", q, "u")
+
+
+def test_high_threshold_prefills_only() -> None:
+    pc = _pc(similarity_threshold=0.95, population_cutoff=0.9)
+    _populate(pc)
+    report = pc.idle()
+    assert report.by_kind == {"populate": 2} and report.decode_tokens == 0
+    entries = pc.qa_bank.entries(scope="u")
+    assert {e.question for e in entries} == set(PREDICTED)
+    assert all(e.answer is None and e.origin == "predicted" for e in entries)
+    for e in entries:
+        assert pc.kv_cached(segments_for(pc, e.question, e.sources))
+    # An answerless entry is never served.
+    assert pc.ask(PREDICTED[0], scope="u", max_new_tokens=2).source == "generated"
+
+
+def test_lowering_threshold_decodes_answerless_entries() -> None:
+    pc = _pc(similarity_threshold=0.95, population_cutoff=0.9)
+    _populate(pc)
+    pc.idle()
+    pc.configure(similarity_threshold=0.85)
+    assert sorted(t.kind for t in pc.idle_queue.pending()) == ["decode", "decode"]
+    report = pc.idle()
+    assert report.by_kind == {"decode": 2} and report.decode_tokens > 0
+    assert all(e.answer for e in pc.qa_bank.entries(scope="u"))
+    assert pc.ask(PREDICTED[1], scope="u", max_new_tokens=2).source == "qa_bank"
+
+
+def test_low_threshold_decodes_predictions_at_once() -> None:
+    pc = _pc(similarity_threshold=0.8, population_cutoff=0.9)
+    _populate(pc)
+    report = pc.idle()
+    assert report.decode_tokens > 0
+    assert all(e.answer for e in pc.qa_bank.entries(scope="u"))
+
+
+def test_raising_kv_limit_restores_evicted_kv() -> None:
+    pc = _pc(similarity_threshold=0.95, population_cutoff=0.9)
+    _populate(pc)
+    pc.idle()
+    entry = pc.qa_bank.entries(scope="u")[0]
+    segs = segments_for(pc, entry.question, entry.sources)
+    assert pc.kv_cached(segs)
+    pc.configure(kv_byte_limit=1)  # evicts every node
+    assert not pc.kv_cached(segs)
+    pc.configure(kv_byte_limit=2**30)
+    assert {t.kind for t in pc.idle_queue.pending()} == {"reprefill"}
+    report = pc.idle()
+    assert report.by_kind.get("reprefill", 0) >= 1
+    assert pc.kv_cached(segs)
+
+
+def test_background_compute_is_accounted_per_kind() -> None:
+    pc = _pc(similarity_threshold=0.8, population_cutoff=0.9)
+    _populate(pc)
+    pc.idle()
+    cost = pc.background_stats.by_kind["populate"]
+    assert cost.tasks == 2 and cost.prefill_tokens > 0 and cost.decode_tokens > 0
+    assert cost.flops == 2.0 * pc.n_parameters * (cost.prefill_tokens + cost.decode_tokens)
+
+
+def test_documents_trigger_abstract_and_predictions_after_quiet_period() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", prediction_quiet_s=30.0)
+    pc.add_documents(DOCS, scope="u")
+    kinds = [t.kind for t in pc.idle_queue.pending()]
+    assert kinds == ["abstract", "predict_knowledge", "predict_knowledge"]
+    assert pc.idle().tasks_run == 0  # still quiet: nothing runnable
+    pc.configure(prediction_quiet_s=0.0)
+    pc.predict("knowledge", scope="u")
+    assert "predict_knowledge" in [t.kind for t in pc.idle_queue.pending()]
+
+
+def test_foreground_preempts_background_decoding() -> None:
+    model, tok = tiny_pair("llama", num_hidden_layers=4)
+    pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.8,
+                         population_cutoff=0.9, background_max_new_tokens=4000)
+    pc.add_documents(DOCS, scope="u")
+    decoding = threading.Event()
+
+    class Watch:
+        @percache.hookimpl(wrapper=True)
+        def percache_attention(self, pc, module, query, key, value, attention_mask, kwargs):
+            if query.shape[2] == 1 and threading.current_thread().name == "percache-idle":
+                decoding.set()
+            return (yield)
+
+    pc.plugins.register(Watch())
+    pc.idle_queue.push("populate", PREDICTED[0], "u")
+    worker = pc.start_idle_worker(poll_s=0.01)
+    assert decoding.wait(60), "the background task never started decoding"
+    t0 = time.perf_counter()
+    g = pc.generate(["Hello", "Quick question?"], max_new_tokens=2)
+    took = time.perf_counter() - t0
+    assert g.token_ids and took < 30
+    deadline = time.monotonic() + 10
+    while worker.report.preempted == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.report.preempted >= 1 and worker.report.tasks_run == 0
+    # The preempted task is still queued and left no QA entry behind.
+    assert [t.kind for t in pc.idle_queue.pending()] == ["populate"]
+    assert pc.qa_bank.entries(scope="u") == []
+    report = pc.stop_idle_worker()
+    assert report is not None and not worker.running
