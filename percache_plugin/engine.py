@@ -20,30 +20,25 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from .ask import Answer, ask
+from .assistant import AssistantMixin
 from .attention.backend import AttentionSwitch, install, uninstall
 from .attention.rope import NotShiftable, RopeShifter
-from .attention.splice import ProbeDone, SpliceCache, splice_mask
+from .attention.splice import SpliceCache
 from .config import Config, ConfigError
 from .fingerprint import model_fingerprint
 from .hooks.manager import Hooks, make_plugin_manager
-from .idle import IdleQueue, IdleReport
-from .kv.assemble import Placed, assemble
-from .kv.cache import cache_from_chunks, empty_cache, slice_chunk
-from .kv.planner import ReusePlan
-from .kv.recompute import RecomputeContext
-from .kv.store import DB_NAME, ChunkKV, KVStore
+from .idle import IdleQueue
+from .kv.cache import empty_cache, slice_chunk
+from .kv.store import KVStore
 from .predict.state import PredictionState
-from .rag.embeddings import Embedder, load_embedder
-from .rag.knowledge import AddReport, KnowledgeBank
+from .rag.embeddings import Embedder
+from .rag.knowledge import KnowledgeBank
 from .rag.qa_bank import QABank
+from .reuse import PlanError, ReuseRunner
 from .scheduler import (
     BackgroundStats,
     Preempted,
-    after_documents,
-    after_question,
     queue_conversions,
-    run_idle,
 )
 from .segments import Prompt, Segment, build_prompt, node_key, normalize_segments
 from .stats import Generation, GenerationStats, StatsTotals
@@ -90,10 +85,6 @@ class Prefilled:
     stats: GenerationStats
 
 
-class _PlanError(RuntimeError):
-    """A reuse plan that cannot be executed consistently; the request falls back to a full prefill."""
-
-
 class _PreemptCheck(StoppingCriteria):
     """Stops a background generation after the current token when a foreground call waits."""
 
@@ -127,7 +118,7 @@ def _context_limit(model: Any) -> int | None:
     return None
 
 
-class PerCache:
+class PerCache(AssistantMixin):
     """A handle on one enabled model. Create it with :func:`enable`."""
 
     def __init__(self, model: Any, tokenizer: Any, store: str | Path | None, config: Config,
@@ -163,8 +154,7 @@ class PerCache:
         self._idle_queue: IdleQueue | None = None
         self._prediction_state: PredictionState | None = None
         self.n_parameters = sum(p.numel() for p in model.parameters())
-        self._active_splice: SpliceCache | None = None
-        self._splice_masks: dict[tuple[int | None, int], torch.Tensor] = {}
+        self._reuse = ReuseRunner(self)
         self._switch: AttentionSwitch = install(model, self._relay)
         self._enabled = True
         self._closed = False
@@ -175,16 +165,9 @@ class PerCache:
     def _relay(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                value: torch.Tensor, attention_mask: torch.Tensor | None,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        splice = self._active_splice
-        if splice is not None and splice.positions is not None:
-            # The model built a mask for contiguous queries; a splice's queries are not.
-            window = kwargs.get("sliding_window")
-            mkey = (window, key.shape[-2])
-            if mkey not in self._splice_masks:
-                self._splice_masks[mkey] = splice_mask(
-                    splice.positions.to(query.device), key.shape[-2], dtype=query.dtype,
-                    sliding_window=window)
-            attention_mask = self._splice_masks[mkey]
+        mask = self._reuse.splice_mask(query, key, kwargs)
+        if mask is not None:
+            attention_mask = mask
         return self.hooks.attention(self, module, query, key, value, attention_mask, kwargs)
 
     def _shifter(self) -> tuple[RopeShifter | None, str]:
@@ -325,18 +308,18 @@ class PerCache:
             return prompt, empty_cache(), 0, stats, lambda cache: None
         self.hooks.request_start(self, prompt)
         plan = self.hooks.plan_reuse(self, prompt)
-        exact = self._load_exact(prompt, plan, stats)
-        shifted = self._load_shifted(prompt, plan, stats)
+        exact = self._reuse.load_exact(prompt, plan, stats)
+        shifted = self._reuse.load_shifted(prompt, plan, stats)
         stats.load_s = time.perf_counter() - t0
         if shifted:
             try:
-                cache, served, exact_end = self._splice(prompt, exact, shifted, plan, stats)
-            except _PlanError as exc:
+                cache, served, exact_end = self._reuse.splice(prompt, exact, shifted, plan, stats)
+            except PlanError as exc:
                 log.warning("percache: falling back to a full prefill: %s", exc)
                 stats = GenerationStats(prompt_tokens=prompt.n_tokens, fallback=str(exc))
                 cache, served, exact_end = empty_cache(), 0, 0
         else:
-            cache, served, exact_end = self._exact_cache(prompt, exact, stats)
+            cache, served, exact_end = self._reuse.exact_cache(prompt, exact, stats)
         skip = {sp.index for sp in plan.shifted}
 
         def finish(cache: Any) -> None:
@@ -361,125 +344,14 @@ class PerCache:
             return self.config
 
     # -- planning and loading ---------------------------------------------------------------
-    def _load_exact(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats) -> list[ChunkKV]:
-        chunks: list[ChunkKV] = []
-        for i in plan.exact:
-            piece = prompt.pieces[i]
-            assert piece.key is not None
-            kv = self.hooks.load_chunk(self, piece.key, piece.token_ids)
-            if kv is None:  # corrupt or evicted: exact reuse ends here
-                stats.load_misses += 1
-                break
-            chunks.append(kv)
-        return chunks
-
-    def _load_shifted(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats) -> list[Placed]:
-        placed = []
-        for sp in plan.shifted:
-            piece = prompt.pieces[sp.index]
-            kv = self.hooks.load_chunk(self, sp.key, piece.token_ids)
-            if kv is None:
-                stats.load_misses += 1
-                continue
-            placed.append(Placed(kv, piece.start, sp.source_start))
-        return placed
-
-    def _exact_cache(self, prompt: Prompt, chunks: list[ChunkKV],
-                     stats: GenerationStats) -> tuple[Any, int, int]:
-        if not chunks:
-            return empty_cache(), 0, 0
-        dtype, device = self._dtype_device()
-        cache = cache_from_chunks(chunks, dtype, device)
-        stats.bytes_loaded = sum(c.nbytes for c in chunks)
-        stats.approximate = any(c.keys[0].dtype != dtype for c in chunks)
-        stats.nodes_reused = len(chunks)
-        cached = cache.get_seq_length()
-        if cached >= prompt.n_tokens:
-            # generate() re-feeds a fully cached prompt and answers wrongly: keep one token out.
-            cache.crop(prompt.n_tokens - 1)
-            cached = prompt.n_tokens - 1
-        stats.tokens_reused = cached
-        return cache, cached, len(chunks)
-
-    def _splice(self, prompt: Prompt, exact: list[ChunkKV], shifted: list[Placed], plan: ReusePlan,
-                stats: GenerationStats) -> tuple[Any, int, int]:
-        """Inject exact and shifted chunks, recompute the chosen positions and every uncovered one
-        in one forward through a SpliceCache; the last prompt token is left to ``generate``."""
-        dtype, device = self._dtype_device()
-        length = prompt.n_tokens - 1
-        placed, pos = [], 0
-        for kv in exact:
-            placed.append(Placed(kv, pos, pos))
-            pos += kv.n_tokens
-        exact_tokens = min(pos, length)
-        try:
-            cache, filled = assemble(placed + shifted, length, self.shifter, dtype=dtype, device=device)
-        except ValueError as exc:
-            raise _PlanError(f"cannot assemble the plan: {exc}") from exc
-        spans = tuple((p.start, min(p.start + p.kv.n_tokens, length)) for p in shifted
-                      if p.start < length)
-        ids = torch.tensor([prompt.input_ids], device=device)
-        context = RecomputeContext(spans, lambda layer: self._probe(cache, ids, filled, exact_tokens, layer))
-        chosen = self.hooks.select_recompute(self, prompt, plan, context)
-        allowed = set(context.candidates.tolist())
-        if not set(chosen) <= allowed:
-            raise _PlanError("recompute strategy chose positions outside the shifted chunks")
-        compute = (~filled).clone()
-        compute[chosen] = True
-        positions = compute.nonzero().reshape(-1)
-        shifted_total = int(filled.sum()) - exact_tokens
-        stats.nodes_reused = len(exact) + len(shifted)
-        stats.bytes_loaded = sum(p.kv.nbytes for p in placed + shifted)
-        stats.tokens_reused = exact_tokens
-        stats.tokens_recomputed = len(chosen)
-        stats.tokens_shifted = shifted_total - len(chosen)
-        stats.approximate = stats.tokens_shifted > 0 or any(
-            p.kv.keys[0].dtype != dtype for p in placed + shifted)
-        if positions.numel():
-            self._forward_splice(cache, ids, positions)
-        return cache, length - positions.numel(), len(exact)
-
-    def _forward_splice(self, cache: SpliceCache, ids: torch.Tensor, positions: torch.Tensor,
-                        probe_layer: int | None = None) -> None:
-        with torch.inference_mode(), cache.splice(positions, probe_layer=probe_layer):
-            self._active_splice = cache
-            self._splice_masks.clear()
-            try:
-                self.model(input_ids=ids[:, positions], position_ids=positions[None],
-                           past_key_values=cache, use_cache=True)
-            except ProbeDone:
-                pass
-            finally:
-                self._active_splice = None
-
-    def _probe(self, cache: SpliceCache, ids: torch.Tensor, filled: torch.Tensor,
-               exact_tokens: int, layer: int) -> torch.Tensor:
-        """K/V deviation at ``layer`` of each shifted position: run layers ``0..layer`` over
-        every non-exact position, compare with the injected K/V, then restore the cache."""
-        positions = torch.arange(exact_tokens, filled.numel())
-        saved = [(lay.keys.clone(), lay.values.clone()) for lay in cache.layers[:layer]]
-        self._forward_splice(cache, ids, positions, probe_layer=layer)
-        for lay, (k, v) in zip(cache.layers, saved, strict=False):
-            lay.keys.copy_(k)
-            lay.values.copy_(v)
-        assert cache.probed is not None
-        fresh_k, fresh_v = cache.probed
-        lay = cache.layers[layer]
-        cand = filled.clone()
-        cand[:exact_tokens] = False
-        sel = cand[exact_tokens:]
-        dk = (fresh_k[0] - lay.keys[0, :, exact_tokens:]).float().norm(dim=(0, 2))
-        dv = (fresh_v[0] - lay.values[0, :, exact_tokens:]).float().norm(dim=(0, 2))
-        return (dk + dv)[sel]
-
     def _dtype_device(self) -> tuple[torch.dtype, torch.device]:
         p = next(self.model.parameters())
         return p.dtype, p.device
 
     @property
     def active_splice(self) -> SpliceCache | None:
-        """The splice cache of the forward in progress, if any (read by the attention relay)."""
-        return self._active_splice
+        """The splice cache of the forward in progress, if any."""
+        return self._reuse.active_splice
 
     # -- running and storing ----------------------------------------------------------------
     def _run(self, prompt: Prompt, cache: Any, served: int, stats: GenerationStats,
@@ -540,137 +412,6 @@ class PerCache:
     def stats(self) -> StatsTotals:
         """Totals over the requests this handle served."""
         return self._totals
-
-    # -- knowledge bank, QA bank, idle work -----------------------------------------------
-    @property
-    def embedder(self) -> Embedder:
-        """The banks' embedder (loaded on first use)."""
-        if self._embedder is None:
-            self._embedder = load_embedder(self.config.embedder)
-        return self._embedder
-
-    def _db_path(self) -> Path | None:
-        return None if self.store.path is None else self.store.path / DB_NAME
-
-    @property
-    def knowledge(self) -> KnowledgeBank:
-        """The knowledge bank: chunks of the documents added, with their hybrid index."""
-        if self._knowledge is None:
-            directory = None if self.store.path is None else self.store.path / "knowledge"
-            self._knowledge = KnowledgeBank(directory, self.embedder, chunk_words=self.config.chunk_words)
-        return self._knowledge
-
-    @property
-    def qa_bank(self) -> QABank:
-        """Answered questions: list, correct and delete entries here."""
-        if self._qa_bank is None:
-            self._qa_bank = QABank(self._db_path(), self.embedder, byte_limit=self.config.qa_byte_limit)
-        return self._qa_bank
-
-    @property
-    def idle_queue(self) -> IdleQueue:
-        """Work deferred to :meth:`idle` (persistent with an on-disk store)."""
-        if self._idle_queue is None:
-            self._idle_queue = IdleQueue(self._db_path())
-        return self._idle_queue
-
-    def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:
-        """Add documents (strings, UTF-8 bytes, mappings with ``text``/``id``/``scope``/``metadata``,
-        or :class:`Document`) to the knowledge bank; duplicates are stored once. Stored answers
-        that the new chunks would change are marked stale and queued for refresh."""
-        with self._foreground():
-            report = self.knowledge.add_documents(docs, scope=scope)
-            self.hooks.documents_added(self, report)
-            by_scope: dict[str | None, list[str]] = {}
-            for c in report.new_chunks:
-                by_scope.setdefault(c.scope, []).append(c.id)
-            for chunk_scope, ids in by_scope.items():
-                after_documents(self, chunk_scope, ids)
-            return report
-
-    def ask(self, query: str, *, scope: str | None = None, **generate_kwargs: Any) -> Answer:
-        """Answer from the QA bank if a stored question matches, else retrieve and generate."""
-        with self._foreground():
-            answer = ask(self, query, scope, **generate_kwargs)
-            after_question(self, query, scope)
-            return answer
-
-    def idle(self, budget_s: float | None = None, max_tasks: int | None = None) -> IdleReport:
-        """Run deferred work now, in this thread: abstracts and predictions, population of
-        predicted questions, real answers of QA-bank hits, refresh of stale entries, and the
-        scheduler's conversions. Stops when the queue has nothing runnable, after ``max_tasks``,
-        or once ``budget_s`` is spent (checked between tasks)."""
-        with self._lock:
-            return run_idle(self, budget_s, max_tasks)
-
-    @property
-    def prediction_state(self) -> PredictionState:
-        """Per-scope abstract, chunks waiting for it, and recent questions."""
-        if self._prediction_state is None:
-            self._prediction_state = PredictionState(self._db_path())
-        return self._prediction_state
-
-    def predict(self, kind: str = "knowledge", *, scope: str | None = None, rounds: int = 1) -> int:
-        """Queue predictions now (no quiet period): ``"knowledge"`` (from the abstract) or
-        ``"history"`` (from recent questions); returns how many were queued."""
-        if kind not in ("knowledge", "history"):
-            raise ValueError(f"kind must be 'knowledge' or 'history', got {kind!r}")
-        return sum(self.idle_queue.push(f"predict_{kind}", f"manual round {r + 1}", scope)  # type: ignore[arg-type]
-                   for r in range(rounds))
-
-    def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
-        """Whether every reusable piece of this prompt is in the store as an exact prefix."""
-        return all(self.store.contains(p.key) for p in self.prompt(segments).reusable)
-
-    # -- background work --------------------------------------------------------------------
-    def start_idle_worker(self, *, poll_s: float = 0.2) -> IdleWorker:
-        """Run idle work in a background thread; foreground calls preempt it within one decode
-        step. Stop it with :meth:`stop_idle_worker` (``disable()`` stops it too)."""
-        with self._lock:
-            if self._worker is not None and self._worker.running:
-                return self._worker
-            self._worker = IdleWorker(self, poll_s=poll_s)
-            self._worker.start()
-            return self._worker
-
-    def stop_idle_worker(self) -> IdleReport | None:
-        worker, self._worker = self._worker, None
-        if worker is None:
-            return None
-        worker.stop()
-        return worker.report
-
-    def _in_background(self) -> bool:
-        return self._worker is not None and threading.get_ident() == self._worker.ident
-
-    def _foreground_waiting(self) -> bool:
-        return self._fg_count > 0
-
-    @contextlib.contextmanager
-    def _foreground(self) -> Iterator[None]:
-        """Hold the handle for a foreground call, preempting background work first."""
-        if self._in_background():
-            with self._lock:
-                yield
-            return
-        with self._fg_mutex:
-            self._fg_count += 1
-            self._preempt.set()
-        try:
-            with self._lock:
-                yield
-        finally:
-            with self._fg_mutex:
-                self._fg_count -= 1
-                if self._fg_count == 0:
-                    self._preempt.clear()
-
-    def _background_step(self) -> IdleReport:
-        """One task, if no foreground call waits (called by the worker thread)."""
-        with self._lock:
-            if self._preempt.is_set():
-                return IdleReport()
-            return run_idle(self, max_tasks=1)
 
     def __repr__(self) -> str:
         return f"PerCache({self.capabilities.summary()}, store={self.store.path or 'memory'})"

@@ -1,0 +1,165 @@
+"""Executing a reuse plan: load the planned K/V, then build the request's cache, either by
+concatenating an exact prefix or by splicing exact and shifted chunks with a partial recompute."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .attention.splice import ProbeDone, SpliceCache, splice_mask
+from .kv.assemble import Placed, assemble
+from .kv.cache import cache_from_chunks, empty_cache
+from .kv.planner import ReusePlan
+from .kv.recompute import RecomputeContext
+from .kv.store import ChunkKV
+from .segments import Prompt
+from .stats import GenerationStats
+
+if TYPE_CHECKING:
+    from .engine import PerCache
+
+__all__ = ["PlanError", "ReuseRunner"]
+
+
+class PlanError(RuntimeError):
+    """A reuse plan that cannot be executed consistently; the request falls back to a full prefill."""
+
+
+class ReuseRunner:
+    """Builds the cache of one request from a plan, for the handle ``pc``."""
+
+    def __init__(self, pc: PerCache) -> None:
+        self._pc = pc
+        self.active_splice: SpliceCache | None = None
+        self._masks: dict[tuple[int | None, int], torch.Tensor] = {}
+
+    # -- attention relay ----------------------------------------------------------------------
+    def splice_mask(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor | None:
+        """During a splice, the mask of the true positions (the model built one for contiguous
+        queries); None otherwise."""
+        splice = self.active_splice
+        if splice is None or splice.positions is None:
+            return None
+        window = kwargs.get("sliding_window")
+        mkey = (window, key.shape[-2])
+        if mkey not in self._masks:
+            self._masks[mkey] = splice_mask(splice.positions.to(query.device), key.shape[-2],
+                                            dtype=query.dtype, sliding_window=window)
+        return self._masks[mkey]
+
+    # -- loading ------------------------------------------------------------------------------
+    def load_exact(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats) -> list[ChunkKV]:
+        chunks: list[ChunkKV] = []
+        for i in plan.exact:
+            piece = prompt.pieces[i]
+            assert piece.key is not None
+            kv = self._pc.hooks.load_chunk(self._pc, piece.key, piece.token_ids)
+            if kv is None:  # corrupt or evicted: exact reuse ends here
+                stats.load_misses += 1
+                break
+            chunks.append(kv)
+        return chunks
+
+    def load_shifted(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats) -> list[Placed]:
+        placed = []
+        for sp in plan.shifted:
+            piece = prompt.pieces[sp.index]
+            kv = self._pc.hooks.load_chunk(self._pc, sp.key, piece.token_ids)
+            if kv is None:
+                stats.load_misses += 1
+                continue
+            placed.append(Placed(kv, piece.start, sp.source_start))
+        return placed
+
+    # -- building the cache -------------------------------------------------------------------
+    def _dtype_device(self) -> tuple[torch.dtype, torch.device]:
+        p = next(self._pc.model.parameters())
+        return p.dtype, p.device
+
+    def exact_cache(self, prompt: Prompt, chunks: list[ChunkKV],
+                    stats: GenerationStats) -> tuple[Any, int, int]:
+        """The chunks back to back; returns (cache, positions served, nodes served)."""
+        if not chunks:
+            return empty_cache(), 0, 0
+        dtype, device = self._dtype_device()
+        cache = cache_from_chunks(chunks, dtype, device)
+        stats.bytes_loaded = sum(c.nbytes for c in chunks)
+        stats.approximate = any(c.keys[0].dtype != dtype for c in chunks)
+        stats.nodes_reused = len(chunks)
+        cached = cache.get_seq_length()
+        if cached >= prompt.n_tokens:
+            # generate() re-feeds a fully cached prompt and answers wrongly: keep one token out.
+            cache.crop(prompt.n_tokens - 1)
+            cached = prompt.n_tokens - 1
+        stats.tokens_reused = cached
+        return cache, cached, len(chunks)
+
+    def splice(self, prompt: Prompt, exact: list[ChunkKV], shifted: list[Placed], plan: ReusePlan,
+               stats: GenerationStats) -> tuple[Any, int, int]:
+        """Inject exact and shifted chunks, recompute the chosen positions and every uncovered one
+        in one forward through a SpliceCache; the last prompt token is left to ``generate``."""
+        pc = self._pc
+        dtype, device = self._dtype_device()
+        length = prompt.n_tokens - 1
+        placed, pos = [], 0
+        for kv in exact:
+            placed.append(Placed(kv, pos, pos))
+            pos += kv.n_tokens
+        exact_tokens = min(pos, length)
+        try:
+            cache, filled = assemble(placed + shifted, length, pc.shifter, dtype=dtype, device=device)
+        except ValueError as exc:
+            raise PlanError(f"cannot assemble the plan: {exc}") from exc
+        spans = tuple((p.start, min(p.start + p.kv.n_tokens, length)) for p in shifted
+                      if p.start < length)
+        ids = torch.tensor([prompt.input_ids], device=device)
+        context = RecomputeContext(spans, lambda layer: self._probe(cache, ids, filled, exact_tokens, layer))
+        chosen = pc.hooks.select_recompute(pc, prompt, plan, context)
+        if not set(chosen) <= set(context.candidates.tolist()):
+            raise PlanError("recompute strategy chose positions outside the shifted chunks")
+        compute = (~filled).clone()
+        compute[chosen] = True
+        positions = compute.nonzero().reshape(-1)
+        shifted_total = int(filled.sum()) - exact_tokens
+        stats.nodes_reused = len(exact) + len(shifted)
+        stats.bytes_loaded = sum(p.kv.nbytes for p in placed + shifted)
+        stats.tokens_reused = exact_tokens
+        stats.tokens_recomputed = len(chosen)
+        stats.tokens_shifted = shifted_total - len(chosen)
+        stats.approximate = stats.tokens_shifted > 0 or any(
+            p.kv.keys[0].dtype != dtype for p in placed + shifted)
+        if positions.numel():
+            self._forward(cache, ids, positions)
+        return cache, length - positions.numel(), len(exact)
+
+    def _forward(self, cache: SpliceCache, ids: torch.Tensor, positions: torch.Tensor,
+                 probe_layer: int | None = None) -> None:
+        with torch.inference_mode(), cache.splice(positions, probe_layer=probe_layer):
+            self.active_splice = cache
+            self._masks.clear()
+            try:
+                self._pc.model(input_ids=ids[:, positions], position_ids=positions[None],
+                               past_key_values=cache, use_cache=True)
+            except ProbeDone:
+                pass
+            finally:
+                self.active_splice = None
+
+    def _probe(self, cache: SpliceCache, ids: torch.Tensor, filled: torch.Tensor,
+               exact_tokens: int, layer: int) -> torch.Tensor:
+        """K/V deviation at ``layer`` of each shifted position: run layers ``0..layer`` over
+        every non-exact position, compare with the injected K/V, then restore the cache."""
+        positions = torch.arange(exact_tokens, filled.numel())
+        saved = [(lay.keys.clone(), lay.values.clone()) for lay in cache.layers[:layer]]
+        self._forward(cache, ids, positions, probe_layer=layer)
+        for lay, (k, v) in zip(cache.layers, saved, strict=False):
+            lay.keys.copy_(k)
+            lay.values.copy_(v)
+        assert cache.probed is not None
+        fresh_k, fresh_v = cache.probed
+        lay = cache.layers[layer]
+        sel = filled[exact_tokens:]
+        dk = (fresh_k[0] - lay.keys[0, :, exact_tokens:]).float().norm(dim=(0, 2))
+        dv = (fresh_v[0] - lay.values[0, :, exact_tokens:]).float().norm(dim=(0, 2))
+        return (dk + dv)[sel]
