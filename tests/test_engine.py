@@ -150,3 +150,16 @@ def test_fresh_process_reuses_store(tmp_path: Path) -> None:
         tokens, reused = got[family]
         assert tokens == want[family], family
         assert reused > 0, family
+
+
+def test_debug_log_line_per_request(caplog: pytest.LogCaptureFixture) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, debug_log=True)
+    with caplog.at_level("INFO", logger="percache"):
+        pc.generate(SEGMENTS, **GEN)
+        pc.generate(SEGMENTS, **GEN)
+    lines = [r.getMessage() for r in caplog.records if r.name == "percache"]
+    assert len(lines) == 2
+    assert "reused=0 " in lines[0] and "reused=0 " not in lines[1]
+    totals = pc.stats()
+    assert totals.requests == 2 and totals.tokens_reused > 0 and 0 < totals.reuse_ratio < 1

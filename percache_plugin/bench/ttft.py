@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed runs of each side")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--storage-dtype", default=None, help="store K/V as this dtype (default: model's)")
+    p.add_argument("--no-verify", action="store_true", help="skip checksum verification on load")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     segments = [SYSTEM, *chunks, query]
     gen = {"max_new_tokens": 1, "do_sample": False}
     with tempfile.TemporaryDirectory(prefix="percache-bench-") as store:
-        pc = enable(model, tok, store=store, storage_dtype=args.storage_dtype)
+        pc = enable(model, tok, store=store, storage_dtype=args.storage_dtype,
+                    verify_checksums=not args.no_verify)
         prompt = pc.prompt(segments)
         cold = pc.generate(segments, **gen)  # fills the on-disk store
         plain, cached, reused = [], [], []
@@ -44,7 +46,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 g = pc.generate(segments, **gen)
                 plain.append(g.stats.ttft_s)
             pc.disable()
-            pc = enable(model, tok, store=store, storage_dtype=args.storage_dtype)  # reopen: K/V from disk
+            pc = enable(model, tok, store=store, storage_dtype=args.storage_dtype,
+                    verify_checksums=not args.no_verify)  # reopen: K/V from disk
             g = pc.generate(segments, **gen)
             cached.append(g.stats.ttft_s)
             reused.append(g.stats.tokens_reused)
@@ -64,6 +67,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bytes_stored": pc.store.total_bytes(),
             "bytes_per_token": pc.store.total_bytes() / max(1, stored_tokens),
             "storage_dtype": args.storage_dtype or "model (float32)",
+            "verify_checksums": not args.no_verify,
             "plain_s": plain,
             "cached_s": cached,
         }
