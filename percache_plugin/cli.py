@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "ttft": ("percache_plugin.bench.ttft", "time to first token: plain vs warm on-disk store (SmolLM2)"),
     "splice": ("percache_plugin.bench.splice", "shifted chunk reuse: quality and speed per recompute strategy"),
+    "qa": ("percache_plugin.bench.qa", "QA-bank lookup latency: embed + retrieve + search + guards"),
     "idle": ("percache_plugin.bench.idle", "idle work: foreground latency under preemption, scheduler trade"),
     "e2e": ("percache_plugin.bench.e2e", "end-to-end replay of QMSum users: methods, latency, hit rates, quality"),
 }

@@ -167,8 +167,9 @@ def _predict(pc: PerCache, task: IdleTask, report: IdleReport) -> None:
         if pc.config.use_qa_bank:
             best = pc.qa_bank.lookup(q, tau=pc.config.similarity_threshold, scope=task.scope,
                                      embedding=vec).best
-            if best is not None and best.similarity >= pc.config.similarity_threshold:
-                continue  # the bank already answers it
+            if (best is not None and best.similarity >= pc.config.similarity_threshold
+                    and best.guards.get("terms", True)):
+                continue  # the bank already holds it (a person or date swap is a new question)
         kept.append(q)
         vectors.append(vec)
         pc.idle_queue.push("populate", q, task.scope)

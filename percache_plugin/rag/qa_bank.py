@@ -35,10 +35,13 @@ from percache_plugin.rag.embeddings import Embedder
 from percache_plugin.rag.guards import (
     DEFAULT_MIN_OVERLAP,
     REASONS,
+    QuestionTerms,
     Verdict,
     check_min_overlap,
     check_tau,
     judge,
+    question_terms,
+    terms_agree,
 )
 
 __all__ = [
@@ -117,8 +120,8 @@ class QAMatch:
 class LookupResult:
     """``match``: the entry served, or ``None``. ``best``: the most similar candidate of
     the question's scope (``None`` if the scope is empty). ``rejected_by``: on a miss, the
-    first guard the best candidate failed (``threshold``, ``fresh``, ``answered``,
-    ``consistency``), or ``scope`` when only another scope holds a question above ``tau``
+    first guard the best candidate failed (``threshold``, ``terms``, ``stale``,
+    ``no_answer``, ``consistency``), or ``scope`` when only another scope holds a question above ``tau``
     (that entry is not returned); ``None`` when nothing is stored."""
 
     match: QAMatch | None
@@ -130,13 +133,14 @@ class LookupResult:
 class _Slot:  # what search and guards need, kept in memory
     scope: str | None
     key: str
+    terms: QuestionTerms
     sources: tuple[str, ...]
     stale: bool
     answered: bool
-    nbytes: int
+    nbytes: int = 0
 
 
-class ScopePartition:
+class _Partition:
     """The question vectors of one scope, searched exactly while there are at most
     ``exact_limit`` of them and through an HNSW index (labels = entry ids) beyond."""
 
@@ -272,7 +276,7 @@ class QABank:
         self._dim: int | None = None
         self._slots: dict[int, _Slot] = {}
         self._keys: dict[tuple[str | None, str], int] = {}
-        self._parts: dict[str | None, ScopePartition] = {}
+        self._parts: dict[str | None, _Partition] = {}
         self._total = 0
         self._counters: Counter[str] = Counter()
         self.path = None if path is None else Path(path).expanduser()
@@ -327,17 +331,25 @@ class QABank:
 
     def _load(self) -> None:
         rows = self._db.execute(
-            "SELECT id, qkey, answer IS NOT NULL, scope, sources, stale, nbytes, vector "
-            "FROM qa_entries ORDER BY id"
+            "SELECT id, question, qkey, answer IS NOT NULL, scope, sources, stale, nbytes, "
+            "vector FROM qa_entries ORDER BY id"
         )
-        for entry_id, key, answered, scope, sources, stale, nbytes, blob in rows:
+        for entry_id, question, key, answered, scope, sources, stale, nbytes, blob in rows:
             vector = np.frombuffer(blob, dtype=np.float32)
             if self._dim is None or vector.size != self._dim:
                 raise ValueError(
                     f"QA bank {self.path}: entry {entry_id} has a {vector.size}-float vector, "
                     f"expected {self._dim}; the database is corrupt"
                 )
-            slot = _Slot(scope, key, tuple(json.loads(sources)), bool(stale), bool(answered), nbytes)
+            slot = _Slot(
+                scope,
+                key,
+                question_terms(question),
+                tuple(json.loads(sources)),
+                bool(stale),
+                bool(answered),
+                nbytes,
+            )
             self._remember(entry_id, slot, vector)
 
     # -- helpers -------------------------------------------------------------------------
@@ -362,7 +374,7 @@ class QABank:
         part = self._parts.get(slot.scope)
         if part is None:
             assert self._dim is not None
-            part = self._parts[slot.scope] = ScopePartition(self._dim, self._exact_limit)
+            part = self._parts[slot.scope] = _Partition(self._dim, self._exact_limit)
         part.add(entry_id, vector)
         self._total += slot.nbytes
 
@@ -380,9 +392,13 @@ class QABank:
         vector = np.array(raw, dtype=np.float32)
         if vector.ndim == 2 and vector.shape[0] == 1:
             vector = vector[0]
-        if vector.ndim != 1 or (self._dim is not None and vector.size != self._dim):
-            want = "[dim]" if self._dim is None else f"[{self._dim}]"
-            raise ValueError(f"question embedding must have shape {want}, got {np.shape(raw)}")
+        dim = self._dim
+        if dim is None and embedding is not None:  # a caller's vector: check the size
+            dim = int(self._embedder.dim)
+        if vector.ndim != 1 or (dim is not None and vector.size != dim):
+            raise ValueError(
+                f"question embedding must have shape [{dim or 'dim'}], got {np.shape(raw)}"
+            )
         norm = float(np.linalg.norm(vector))
         if not np.isfinite(vector).all() or norm == 0.0:
             raise ValueError("question embedding is all-zero or not finite")
@@ -393,7 +409,9 @@ class QABank:
         return text + 4 * dim + _ENTRY_OVERHEAD
 
     def _fetch(self, entry_id: int) -> QAEntry:
-        row = self._db.execute(f"SELECT {_COLS} FROM qa_entries WHERE id = ?", (entry_id,)).fetchone()
+        row = self._db.execute(
+            f"SELECT {_COLS} FROM qa_entries WHERE id = ?", (entry_id,)
+        ).fetchone()
         if row is None:
             raise KeyError(f"no QA bank entry {entry_id}")
         return _entry(row)
@@ -451,59 +469,17 @@ class QABank:
         if origin not in _ORIGINS:
             raise ValueError(f"origin must be one of {_ORIGINS}, got {origin!r}")
         key = _qkey(question)
+        # Embed outside the lock (tens of ms); an identical question needs no vector.
         vector = None if (scope, key) in self._keys else self._vector(question, embedding)
         with self._lock:
             self._check_open()
             existing = self._keys.get((scope, key))
             if existing is None and vector is None:  # deleted since the check above
                 vector = self._vector(question, embedding)
-            dim = self._dim if vector is None else vector.size
-            assert dim is not None
-            sources_json = json.dumps(list(source_ids))
-            nbytes = self._entry_bytes(question, answer, sources_json, dim)
-            self._fits(nbytes)
-            now = time.time()
-            if existing is not None:
-                old = self._slots[existing]
-                total = self._total - old.nbytes + nbytes
-                with self._tx():
-                    self._db.execute(
-                        "UPDATE qa_entries SET question = ?, answer = ?, sources = ?, stale = 0, "
-                        "origin = ?, nbytes = ?, last_access = ? WHERE id = ?",
-                        (question, answer, sources_json, origin, nbytes, now, existing),
-                    )
-                    victims = self._victims(total, existing)
-                    self._delete_rows(victims)
-                entry_id = existing
-                self._total += nbytes - old.nbytes
-                old.sources, old.stale, old.answered, old.nbytes = (
-                    source_ids, False, answer is not None, nbytes
-                )
-            else:
-                assert vector is not None
-                with self._tx():
-                    if self._dim is None:
-                        self._db.execute(
-                            "INSERT OR REPLACE INTO qa_meta VALUES ('embedder', ?), ('dim', ?)",
-                            (self._embedder.name, str(dim)),
-                        )
-                    cursor = self._db.execute(
-                        "INSERT INTO qa_entries (question, qkey, answer, scope, scope_key, "
-                        "sources, created, last_access, origin, nbytes, vector) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (question, key, answer, scope, json.dumps(scope), sources_json,
-                         now, now, origin, nbytes, vector.tobytes()),
-                    )
-                    entry_id = int(cursor.lastrowid or 0)
-                    victims = self._victims(self._total + nbytes, entry_id)
-                    self._delete_rows(victims)
-                self._dim = dim
-                slot = _Slot(scope, key, source_ids, False, answer is not None, nbytes)
-                self._remember(entry_id, slot, vector)
-            for victim in victims:
-                self._forget(victim)
-            self._counters["evictions"] += len(victims)
-            return self._fetch(entry_id)
+            slot = _Slot(
+                scope, key, question_terms(question), source_ids, False, answer is not None
+            )
+            return self._fetch(self._write(existing, slot, question, answer, origin, vector))
 
     def correct(self, entry_id: int, answer: str) -> QAEntry:
         """Replace an entry's answer by a user's correction (origin ``"corrected"``, not
@@ -511,27 +487,70 @@ class QABank:
         answer = _check_answer(answer, optional=False)  # type: ignore[assignment]
         with self._lock:
             self._check_open()
-            slot = self._slots.get(entry_id)
-            if slot is None:
+            old = self._slots.get(entry_id)
+            if old is None:
                 raise KeyError(f"no QA bank entry {entry_id}")
             question = self._fetch(entry_id).question
-            assert self._dim is not None
-            nbytes = self._entry_bytes(question, answer, json.dumps(list(slot.sources)), self._dim)
-            self._fits(nbytes)
-            with self._tx():
+            slot = _Slot(old.scope, old.key, old.terms, old.sources, False, True)
+            return self._fetch(self._write(entry_id, slot, question, answer, "corrected", None))
+
+    def _write(
+        self,
+        existing: int | None,
+        slot: _Slot,
+        question: str,
+        answer: str | None,
+        origin: str,
+        vector: np.ndarray | None,
+    ) -> int:
+        """Update entry ``existing`` or insert a new one (``vector`` given), evicting what no
+        longer fits, in one transaction; memory follows the commit. Returns the entry id."""
+        dim = self._dim if vector is None else vector.size
+        assert dim is not None
+        sources = json.dumps(list(slot.sources))
+        slot.nbytes = self._entry_bytes(question, answer, sources, dim)
+        self._fits(slot.nbytes)
+        now = time.time()
+        old_bytes = 0 if existing is None else self._slots[existing].nbytes
+        with self._tx():
+            if existing is not None:
                 self._db.execute(
-                    "UPDATE qa_entries SET answer = ?, origin = 'corrected', stale = 0, nbytes = ? "
-                    "WHERE id = ?",
-                    (answer, nbytes, entry_id),
+                    "UPDATE qa_entries SET question = ?, answer = ?, sources = ?, stale = 0, "
+                    "origin = ?, nbytes = ?, last_access = ? WHERE id = ?",
+                    (question, answer, sources, origin, slot.nbytes, now, existing),
                 )
-                victims = self._victims(self._total - slot.nbytes + nbytes, entry_id)
-                self._delete_rows(victims)
-            self._total += nbytes - slot.nbytes
-            slot.stale, slot.answered, slot.nbytes = False, True, nbytes
-            for victim in victims:
-                self._forget(victim)
-            self._counters["evictions"] += len(victims)
-            return self._fetch(entry_id)
+                entry_id = existing
+            else:
+                assert vector is not None
+                if self._dim is None:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO qa_meta VALUES ('embedder', ?), ('dim', ?)",
+                        (self._embedder.name, str(dim)),
+                    )
+                cursor = self._db.execute(
+                    "INSERT INTO qa_entries (question, qkey, answer, scope, scope_key, sources, "
+                    "created, last_access, origin, nbytes, vector) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (question, slot.key, answer, slot.scope, json.dumps(slot.scope), sources)
+                    + (now, now, origin, slot.nbytes, vector.tobytes()),
+                )
+                entry_id = int(cursor.lastrowid or 0)
+            victims = self._victims(self._total - old_bytes + slot.nbytes, entry_id)
+            self._delete_rows(victims)
+        if existing is not None:
+            self._slots[existing] = slot  # same scope and key: index entries stay valid
+            self._total += slot.nbytes - old_bytes
+        else:
+            assert vector is not None
+            self._dim = dim
+            self._remember(entry_id, slot, vector)
+        self._drop(victims)
+        return entry_id
+
+    def _drop(self, victims: Sequence[int]) -> None:
+        for victim in victims:
+            self._forget(victim)
+        self._counters["evictions"] += len(victims)
 
     def delete(self, entry_id: int) -> bool:
         """Remove an entry; False if there was none with this id."""
@@ -568,7 +587,9 @@ class QABank:
             self._check_open()
             hit = [i for i in hit if i in self._slots]
             with self._tx():
-                self._db.executemany("UPDATE qa_entries SET stale = 1 WHERE id = ?", [(i,) for i in hit])
+                self._db.executemany(
+                    "UPDATE qa_entries SET stale = 1 WHERE id = ?", [(i,) for i in hit]
+                )
             for entry_id in hit:
                 self._slots[entry_id].stale = True
         return hit
@@ -582,9 +603,7 @@ class QABank:
             with self._tx():
                 victims = self._victims(self._total, None)
                 self._delete_rows(victims)
-            for victim in victims:
-                self._forget(victim)
-            self._counters["evictions"] += len(victims)
+            self._drop(victims)
             return len(victims)
 
     # -- reading -------------------------------------------------------------------------
@@ -597,6 +616,7 @@ class QABank:
         scope: str | None = None,
         retrieved: Sequence[str] | None = None,
         min_overlap: float = DEFAULT_MIN_OVERLAP,
+        key_terms: bool = True,
         embedding: np.ndarray | None = None,
         k: int = 5,
     ) -> LookupResult:
@@ -609,6 +629,7 @@ class QABank:
         :param retrieved: chunk ids retrieved for ``question``; turns on the consistency
             guard (``None``: off).
         :param min_overlap: least share of an entry's sources that must be in ``retrieved``.
+        :param key_terms: the key-terms guard (names, acronyms, numbers must agree).
         """
         question = _check_question(question)
         tau = check_tau(tau)
@@ -618,11 +639,13 @@ class QABank:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
         if not self._slots:
-            self._check_open()
-            self._counters["lookups"] += 1
-            self._counters["misses"] += 1
+            with self._lock:
+                self._check_open()
+                self._counters["lookups"] += 1
+                self._counters["misses"] += 1
             return LookupResult(None, None, None)
         vector = self._vector(question, embedding)
+        terms = question_terms(question) if key_terms else None
         with self._lock:
             self._check_open()
             part = self._parts.get(scope)
@@ -631,8 +654,17 @@ class QABank:
             served: tuple[int, float, Verdict] | None = None
             for entry_id, sim in candidates:
                 slot = self._slots[entry_id]
-                verdict = judge(sim, tau=tau, stale=slot.stale, answered=slot.answered,
-                                sources=slot.sources, retrieved=got, min_overlap=min_overlap)
+                agree = None if terms is None else terms_agree(terms, slot.terms)
+                verdict = judge(
+                    sim,
+                    tau=tau,
+                    stale=slot.stale,
+                    answered=slot.answered,
+                    sources=slot.sources,
+                    retrieved=got,
+                    min_overlap=min_overlap,
+                    terms=agree,
+                )
                 judged.append((entry_id, sim, verdict))
                 if verdict.rejected_by is None:
                     served = judged[-1]
@@ -688,7 +720,8 @@ class QABank:
     ) -> list[QAEntry]:
         """Entries in id order, optionally filtered by scope (``ALL_SCOPES``: any; ``None``:
         unscoped only), staleness and whether they have an answer."""
-        where, params = ["1"], []
+        where: list[str] = ["1"]
+        params: list[object] = []
         if not isinstance(scope, _AllScopes):
             where.append("scope_key = ?")
             params.append(json.dumps(_check_scope(scope)))
