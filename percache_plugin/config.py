@@ -55,8 +55,9 @@ class Config:
     recompute: str = _help(
         "Which positions of shifted chunks to compute again: 'none', 'all', 'head:k', 'tail:k' "
         "(k tokens per chunk, or a fraction below 1) or 'deviation:r' (the fraction r with the "
-        "largest layer-1 K/V deviation). See docs/BENCHMARKS.md for how the default was chosen.",
-        "deviation:0.15",
+        "largest layer-1 K/V deviation). The default is the best point of the quality/speed "
+        "frontier measured on SmolLM2 (docs/BENCHMARKS.md, 'Shifted reuse').",
+        "head:0.15",
     )
     chat_template: bool | None = _help(
         "Render prompts with the tokenizer's chat template: None uses it when the tokenizer has "
