@@ -24,14 +24,15 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 import torch
 
+from ..sqlite_tx import transaction
 from .integrity import (
     FORMAT,
     CorruptNodeError,
@@ -252,15 +253,8 @@ class KVStore:
 
     # -- helpers -------------------------------------------------------------------------
 
-    @contextmanager
-    def _tx(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def _tx(self) -> AbstractContextManager[None]:
+        return transaction(self._db)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -21,8 +21,8 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +43,7 @@ from percache_plugin.rag.guards import (
     question_terms,
     terms_agree,
 )
+from percache_plugin.sqlite_tx import transaction
 
 __all__ = [
     "ALL_SCOPES",
@@ -354,15 +355,8 @@ class QABank:
 
     # -- helpers -------------------------------------------------------------------------
 
-    @contextmanager
-    def _tx(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def _tx(self) -> AbstractContextManager[None]:
+        return transaction(self._db)
 
     def _check_open(self) -> None:
         if self._closed:
