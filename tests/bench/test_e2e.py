@@ -1,0 +1,133 @@
+"""``percache bench e2e`` on a tiny random model, the byte tokenizer and the QMSum fixture."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from percache_plugin.bench import e2e
+from percache_plugin.bench.e2e_methods import (
+    METHODS,
+    MethodUnavailable,
+    method_config,
+    select_methods,
+)
+from tests.helpers import tiny_pair
+
+FIXTURE = Path(__file__).resolve().parent.parent / "rag" / "fixtures" / "qmsum"
+
+
+def _settings(out: Path, **changes: object) -> e2e.E2ESettings:
+    base = e2e.E2ESettings(
+        data=FIXTURE, users=1, queries=3, methods=("naive", "ragcache+meancache"),
+        max_new_tokens=4, max_meetings=2, tau_sweep=(0.7, 0.9),
+        sweep_method="ragcache+meancache", out=out, progress=False,
+    )
+    for key, value in changes.items():
+        setattr(base, key, value)
+    return base
+
+
+@pytest.fixture(scope="module")
+def payload(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("e2e")
+    return e2e.run_benchmark(_settings(out), load_model=lambda: tiny_pair("llama"),
+                             embedder="hash", model_name="tiny llama")
+
+
+def test_outputs_written(payload: dict) -> None:
+    out = Path(payload["settings"]["out"])
+    data = json.loads((out / "results.json").read_text())
+    assert set(data) >= {"model", "embedder", "settings", "methods", "users", "summary", "runs",
+                         "tau_sweep", "plots", "wall_s"}
+    assert [u["id"] for u in data["users"]] == ["ES9001"]
+    assert data["users"][0]["meetings"] == ["ES9001a", "ES9001b"]
+    assert [r["status"] for r in data["runs"]] == ["ok", "ok"], [r["reason"] for r in data["runs"]]
+    for run in data["runs"]:
+        assert len(run["queries"]) == 3
+        assert run["summary"]["queries"] == 3
+    for name in ("naive", "ragcache+meancache"):
+        s = data["summary"][name]
+        for key in ("latency_mean_s", "latency_p50_s", "latency_p95_s", "ttft_mean_s",
+                    "ttft_p50_s", "ttft_p95_s", "qa_hit_rate", "kv_hit_ratio", "rouge_l_ref",
+                    "rouge_l_naive", "stored_bytes", "bg_prefill_tokens", "bg_decode_tokens",
+                    "fg_prefill_tokens", "fg_decode_tokens"):
+            assert key in s
+    naive, cached = data["summary"]["naive"], data["summary"]["ragcache+meancache"]
+    assert naive["kv_hit_ratio"] == 0.0 and naive["stored_bytes"] == 0
+    assert naive["rouge_l_naive"] == pytest.approx(1.0)  # naive against itself
+    assert cached["stored_bytes"] > 0
+    assert cached["kv_hit_ratio"] > 0  # the system prompt at least is reused exactly
+    assert cached["fg_prefill_tokens"] < naive["fg_prefill_tokens"]
+    assert [p["tau"] for p in data["tau_sweep"]] == [0.7, 0.9]
+    md = (out / "results.md").read_text()
+    assert "| method |" in md and "RAGCache+MeanCache" in md and "Naive" in md
+    assert set(data["plots"]) == set(e2e.PLOTS)
+    for name in data["plots"].values():
+        png = out / name
+        assert png.is_file() and png.stat().st_size > 1000
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "results.partial.json").read_text())[0]["method"] == "naive"
+
+
+def test_replot_from_json(payload: dict) -> None:
+    out = Path(payload["settings"]["out"])
+    for name in e2e.PLOTS.values():
+        (out / name).unlink()
+    again = e2e.replot(out)
+    assert set(again["plots"]) == set(e2e.PLOTS)
+    assert all((out / name).stat().st_size > 1000 for name in again["plots"].values())
+    with pytest.raises(FileNotFoundError):
+        e2e.replot(out / "nowhere")
+
+
+def test_predicting_method_runs_or_is_skipped_at_setup(tmp_path: Path) -> None:
+    """Until the engine has prediction, predicting methods are skipped with a reason; once it
+    has, they run. Either way the harness completes."""
+    data = e2e.run_benchmark(
+        _settings(tmp_path, methods=("naive", "sleeptime"), queries=2, tau_sweep=()),
+        load_model=lambda: tiny_pair("llama"), embedder="hash")
+    status = {r["method"]: (r["status"], r["reason"]) for r in data["runs"]}
+    assert status["naive"][0] == "ok"
+    assert status["sleeptime"][0] in ("ok", "skipped"), status["sleeptime"]
+    if status["sleeptime"][0] == "skipped":
+        assert "predict" in status["sleeptime"][1]
+    assert (tmp_path / "results.md").is_file()
+
+
+def test_method_table() -> None:
+    names = [m.name for m in METHODS]
+    assert len(names) == len(set(names)) == 10
+    assert [m.name for m in select_methods(["percache", "naive"])] == ["naive", "percache"]
+    with pytest.raises(ValueError, match="unknown method"):
+        select_methods(["nope"])
+    naive = select_methods(["naive"])[0]
+    known = {"use_kv", "use_qa_bank", "reuse"}
+    assert method_config(naive, fields=known) == {"use_kv": False, "use_qa_bank": False}
+    with pytest.raises(MethodUnavailable, match="predict"):
+        method_config(select_methods(["percache"])[0], fields=known | {"similarity_threshold"})
+
+
+def test_user_selection() -> None:
+    users = e2e.select_users(FIXTURE, 2, 1, max_meetings=4)
+    assert [u.id for u in users] == ["ES9001", "covid"]
+    assert [q.meeting for q in users[0].questions] == ["ES9001a"]
+    with pytest.raises(ValueError, match="specific questions"):
+        e2e.select_users(FIXTURE, 1, 50, max_meetings=4)
+    with pytest.raises(ValueError, match="unknown series"):
+        e2e.select_users(FIXTURE, 1, 1, max_meetings=1, series=["nope"])
+
+
+def test_smoke_flags() -> None:
+    p = argparse.ArgumentParser()
+    e2e.add_arguments(p)
+    s = e2e.settings_from_args(p.parse_args(["--smoke"]))
+    assert (s.users, s.queries, s.max_meetings, s.tau_sweep) == (1, 3, 1, ())
+    assert s.methods is not None and len(s.methods) == 2
+    s = e2e.settings_from_args(p.parse_args(["--smoke", "--queries", "5", "--tau-sweep", "0.6,0.9"]))
+    assert s.queries == 5 and s.tau_sweep == (0.6, 0.9)
+    full = e2e.settings_from_args(p.parse_args([]))
+    assert full.methods is None and full.tau_sweep == e2e.DEFAULT_TAUS
