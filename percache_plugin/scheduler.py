@@ -3,7 +3,9 @@ what it cost (PerCache 4.3)."""
 
 from __future__ import annotations
 
+import json
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ from .stats import GenerationStats
 if TYPE_CHECKING:
     from .engine import PerCache
 
-__all__ = ["BackgroundStats", "TaskCost", "Preempted", "run_idle", "population_mode",
+__all__ = ["BackgroundStats", "TaskCost", "Preempted", "run_idle", "population_mode", "round_seed",
            "queue_conversions", "after_documents", "after_question"]
 
 _ABSTRACT_SYSTEM = "You summarize the user's notes."
@@ -139,6 +141,13 @@ def _abstract(pc: PerCache, task: IdleTask, report: IdleReport) -> None:
     state.clear_pending(task.scope, pending)
 
 
+def round_seed(task: IdleTask, source: str) -> int:
+    """The sampling seed of a prediction round: stable across processes (Python's own str hash
+    is randomized per process, so it would make predictions unrepeatable)."""
+    key = json.dumps([task.kind, task.question, task.scope, source])
+    return zlib.crc32(key.encode("utf-8"))
+
+
 def _predict(pc: PerCache, task: IdleTask, report: IdleReport) -> None:
     n = pc.config.prediction_stride
     if task.kind == "predict_knowledge":
@@ -151,7 +160,7 @@ def _predict(pc: PerCache, task: IdleTask, report: IdleReport) -> None:
     if not source:
         return
     # Each round samples differently (seeded, so runs repeat); greedy would repeat itself.
-    seed = hash((task.kind, task.question, task.scope, len(source))) % (2**31)
+    seed = round_seed(task, source)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         gen = pc.generate([Segment(_PREDICT_SYSTEM, "system"), Segment(prompt, "query")],

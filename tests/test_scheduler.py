@@ -133,3 +133,20 @@ def test_foreground_preempts_background_decoding() -> None:
     assert pc.qa_bank.entries(scope="u") == []
     report = pc.stop_idle_worker()
     assert report is not None and not worker.running
+
+
+def test_prediction_seed_is_stable_across_processes() -> None:
+    """Regression: the seed came from Python's str hash, randomized per process."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from percache_plugin.idle import IdleTask; from percache_plugin.scheduler import round_seed;"
+            "print(round_seed(IdleTask(1, 'predict_knowledge', 'round 1', 'u', 0.0), 'abstract'))")
+    seeds = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             timeout=120, check=True)
+        seeds.add(out.stdout.strip())
+    assert len(seeds) == 1

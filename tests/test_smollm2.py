@@ -62,3 +62,19 @@ def test_cold_warm_and_fresh_process_equal_plain_generate(smollm2: tuple[Any, An
     tokens, reused = json.loads(res.stdout.strip().splitlines()[-1])
     assert tokens == want
     assert reused == warm.stats.tokens_reused
+
+
+def test_idle_prediction_populates_the_banks(smollm2: tuple[Any, Any]) -> None:
+    """The real model summarizes the notes, predicts questions, and the scheduler populates."""
+    model, tok = smollm2
+    pc = percache.enable(model, tok, reuse="shifted", prediction_quiet_s=0.0, prediction_stride=3,
+                         knowledge_rounds=1, abstract_max_chunks=3, background_max_new_tokens=32)
+    pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
+    report = pc.idle()
+    assert report.by_kind.get("abstract") == 1 and report.by_kind.get("predict_knowledge") == 1
+    assert pc.prediction_state.abstract("me")
+    assert report.predicted, "SmolLM2 predicted no usable question"
+    predicted = [e for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted"]
+    assert {e.question for e in predicted} == set(report.predicted)
+    assert report.decode_tokens > 0 and pc.background_stats.total.flops > 0
+    pc.disable()
