@@ -25,8 +25,12 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(VENV)/bin/percache demo
 
+QMSUM ?= ../shared/data/qmsum
+
 test: venv
 	$(VENV)/bin/ruff check percache_plugin tests benchmarks conformance
+	@if [ -d $(QMSUM) ]; then $(VENV)/bin/percache bench e2e --smoke --data $(QMSUM) --out bench-out/e2e-smoke; \
+	else echo "skipping the e2e smoke run: $(QMSUM) not found"; fi
 	$(PY) -m pytest -q tests conformance; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 lint: venv
