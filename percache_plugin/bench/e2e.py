@@ -77,6 +77,7 @@ __all__ = [
 ]
 
 DEFAULT_TAUS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9, 0.95)
+SMOKE_MAX_NEW_TOKENS = 16  # background answers and predictions scale with it: keeps CI < 3 min
 PLOTS: Mapping[str, str] = {
     "per_query_latency": "fig11_latency_per_query.png",
     "mean_latency": "fig14_mean_latency.png",
@@ -574,10 +575,13 @@ def _sweep(ctx: ReplayContext, settings: E2ESettings, user: User, runs: Sequence
     main = next((r for r in runs if r.user == user.id and r.method == method.name
                  and r.status == "ok"), None)
     points, sweep_runs = [], []
-    for tau in sorted(settings.tau_sweep):
+    taus = set(settings.tau_sweep)
+    if main is not None:  # the main run is the point at the default tau, free of charge
+        taus.add(default_tau)
+    for tau in sorted(taus):
         note = ""
         if main is not None and math.isclose(tau, default_tau):
-            result, note = main, "main run"
+            result, note = main, "main run (default tau)"
         else:
             bar.set_postfix_str(f"{user.id} {method.name} tau={tau}")
             result = replay(ctx, user, method, naive=naive, tau=tau)
@@ -652,7 +656,9 @@ def run_benchmark(settings: E2ESettings, *, load_model: Loader,
         "plots": {},
         "wall_s": time.perf_counter() - t_start,
     }
-    return _write(settings.out, _clean(payload), runs)
+    written = _write(settings.out, _clean(payload), runs)
+    (settings.out / "results.partial.json").unlink(missing_ok=True)
+    return written
 
 
 def _write(out: Path, payload: dict[str, Any], runs: Sequence[RunResult]) -> dict[str, Any]:
@@ -717,7 +723,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads (1: on a shared 2-core machine two threads are slower)")
     p.add_argument("--smoke", action="store_true",
                    help=f"1 user (one meeting), 3 questions, methods {' and '.join(SMOKE_METHODS)}, "
-                        "no sweep (CI, under 3 minutes)")
+                        f"max_new_tokens={SMOKE_MAX_NEW_TOKENS}, no sweep (CI, under 3 minutes)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--replot", action="store_true",
                    help="only redraw the plots and results.md from OUT/results.json")
@@ -736,7 +742,7 @@ def settings_from_args(args: argparse.Namespace) -> E2ESettings:
         users=pick(args.users, d.users, 1),
         queries=pick(args.queries, d.queries, 3),
         methods=tuple(args.methods) if args.methods else (SMOKE_METHODS if smoke else None),
-        max_new_tokens=pick(args.max_new_tokens, d.max_new_tokens, d.max_new_tokens),
+        max_new_tokens=pick(args.max_new_tokens, d.max_new_tokens, SMOKE_MAX_NEW_TOKENS),
         max_meetings=pick(args.max_meetings, d.max_meetings, 1),
         series=tuple(args.series) if args.series else None,
         tau_sweep=pick(args.tau_sweep, d.tau_sweep, ()),
