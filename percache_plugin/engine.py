@@ -389,22 +389,24 @@ class PerCache(AssistantMixin):
                         cache: Any, stats: GenerationStats) -> None:
         """Store every reusable piece this request computed (also after a partial hit).
 
-        After approximate (shifted) reuse, pieces after the exact prefix were computed against
-        approximate K/V: pieces that were served (``skip``) are not stored again, and new ones are
-        stored outside the tree, where only shifted reuse finds them."""
+        After approximate (shifted) reuse, pieces before the first shifted one saw only exact K/V
+        and join the tree as usual; later pieces were computed against approximate K/V: those
+        that were served (``skip``) are not stored again, and new ones are stored outside the
+        tree, where only shifted reuse finds them."""
         if not self._enabled:
             return
+        first_approx = min(skip) if approximate and skip else len(prompt.pieces)
         parent = prompt.pieces[served - 1].key if served else None
         for i, piece in enumerate(prompt.pieces[served:], start=served):
             if piece.key is None:
                 break
-            if approximate and i in skip:
+            if i in skip and i >= first_approx:
                 continue
+            exact = i < first_approx
             kv = slice_chunk(cache, piece.start, piece.end)
-            key = node_key(self.fingerprint, "approx", piece.token_ids) if approximate else piece.key
+            key = piece.key if exact else node_key(self.fingerprint, "approx", piece.token_ids)
             before = self.store.total_bytes()
-            self.hooks.store_chunk(self, key, piece, None if approximate else parent, kv,
-                                   not approximate)
+            self.hooks.store_chunk(self, key, piece, parent if exact else None, kv, exact)
             stats.nodes_stored += 1
             stats.bytes_stored += max(0, self.store.total_bytes() - before)
             parent = piece.key

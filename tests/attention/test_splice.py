@@ -122,3 +122,18 @@ def test_splice_mask_causal_and_window() -> None:
     m = splice_mask(torch.tensor([2, 4]), 5, dtype=torch.float32, sliding_window=2)
     allowed = (m[0, 0] == 0).int().tolist()
     assert allowed == [[0, 1, 1, 0, 0], [0, 0, 0, 1, 1]]
+
+
+def test_pieces_before_the_first_shifted_chunk_join_the_tree() -> None:
+    """Regression: after shifted reuse every computed piece was stored outside the tree, so a
+    new chunk placed before the shifted ones never served exact reuse later."""
+    model, pc = _shifted_pc("llama", recompute="none")
+    new = "Dana: the venue changed to the east hall."
+    segs = [SEGMENTS[0], new, SEGMENTS[3], SEGMENTS[1], SEGMENTS[-1]]
+    first = pc.generate(segs, **GEN)
+    assert first.stats.tokens_shifted > 0
+    again = pc.generate([SEGMENTS[0], new, "A different chunk.", SEGMENTS[-1]], **GEN)
+    prompt = pc.prompt([SEGMENTS[0], new, "A different chunk.", SEGMENTS[-1]])
+    assert again.stats.tokens_reused == prompt.pieces[2].start  # system + the new chunk, exactly
+    want, logits = baseline(model, again.prompt_ids, GEN["max_new_tokens"])
+    assert again.token_ids == want and (again.first_logits - logits).abs().max().item() <= 1e-4
