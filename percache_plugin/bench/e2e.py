@@ -488,6 +488,11 @@ def _row(name: str, s: Mapping[str, Any]) -> list[str]:
             _bytes(s["stored_bytes"])]
 
 
+def _user_row(run: Mapping[str, Any]) -> list[str]:
+    row = _row(run["label"], run["summary"])
+    return [run["user"], row[0], *row[2:]]  # the users column is always 1 here
+
+
 def _markdown(payload: Mapping[str, Any]) -> str:
     st = payload["settings"]
     lines = [
@@ -501,8 +506,8 @@ def _markdown(payload: Mapping[str, Any]) -> str:
         "## All users", "",
         markdown_table(_HEADER, [_row(s["label"], s) for s in payload["summary"].values()]), "",
         "## Per user", "",
-        markdown_table(["user", *_HEADER], [[r["user"], *_row(r["label"], r["summary"])]
-                                            for r in payload["runs"] if r["status"] == "ok"]),
+        markdown_table(["user", _HEADER[0], *_HEADER[2:]],
+                       [_user_row(r) for r in payload["runs"] if r["status"] == "ok"]),
     ]
     if payload["tau_sweep"]:
         lines += ["", f"## Threshold sweep ({st['sweep_method']}, user {payload['users'][0]['id']})",
