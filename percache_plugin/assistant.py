@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .ask import Answer, ask
 from .idle import IdleQueue, IdleReport
@@ -48,6 +51,19 @@ class AssistantMixin:
     _qa_bank: QABank | None
     _idle_queue: IdleQueue | None
     _prediction_state: PredictionState | None
+
+    def query_embedding(self, text: str) -> np.ndarray:
+        """The embedding of a question, computed once per request: retrieval and the QA-bank
+        lookup of ``ask()`` both need it (a small memo of recent questions)."""
+        memo = self.__dict__.setdefault("_query_memo", OrderedDict())
+        if text in memo:
+            memo.move_to_end(text)
+            return memo[text]
+        vec = self.embedder.embed([text])[0]
+        memo[text] = vec
+        if len(memo) > 64:
+            memo.popitem(last=False)
+        return vec
 
     @property
     def embedder(self) -> Embedder:

@@ -170,7 +170,7 @@ def _predict(pc: PerCache, task: IdleTask, report: IdleReport) -> None:
     kept: list[str] = []
     vectors: list[np.ndarray] = []
     for q in parse_questions(gen.text, limit=n):
-        vec = pc.embedder.embed([q])[0]
+        vec = pc.query_embedding(q)
         if any(float(vec @ v) >= pc.config.similarity_threshold for v in vectors):
             continue  # a near-duplicate of another prediction
         if pc.config.use_qa_bank:

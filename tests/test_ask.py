@@ -119,3 +119,18 @@ def test_second_process_reuses_both_banks(tmp_path: Path) -> None:
     assert (source, text) == ("qa_bank", first.text)
     assert para_source == "generated" and reused > 0
     assert n_chunks == 3  # loaded from disk, not re-added
+
+
+def test_ask_embeds_the_question_once() -> None:
+    pc = _pc()
+    pc.add_documents(DOCS, scope="alice")
+    calls: list[list[str]] = []
+    embed = pc.embedder.embed
+
+    def counting(texts):  # type: ignore[no-untyped-def]
+        calls.append(list(texts))
+        return embed(texts)
+
+    pc.embedder.embed = counting  # type: ignore[method-assign]
+    pc.ask("Who borrowed the projector?", scope="alice", **GEN)
+    assert [t for t in calls if t == ["Who borrowed the projector?"]] == [["Who borrowed the projector?"]]

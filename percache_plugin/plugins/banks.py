@@ -21,7 +21,7 @@ class KnowledgeRetrieval:
 
     @hookimpl(trylast=True)
     def percache_retrieve(self, pc: PerCache, query: str, k: int, scope: str | None) -> list[Chunk]:
-        return pc.knowledge.retrieve(query, k, scope=scope)
+        return pc.knowledge.retrieve(query, k, scope=scope, query_embedding=pc.query_embedding(query))
 
 
 class QABankPlugin:
@@ -37,13 +37,15 @@ class QABankPlugin:
             query, tau=pc.config.similarity_threshold, scope=scope,
             retrieved=None if overlap is None else list(retrieved),
             min_overlap=overlap if overlap is not None else 0.0,
+            embedding=pc.query_embedding(query),
         )
 
     @hookimpl(trylast=True)
     def percache_qa_store(self, pc: PerCache, query: str, answer: str | None, scope: str | None,
                           sources: Sequence[str], origin: str) -> None:
         if pc.config.use_qa_bank:
-            pc.qa_bank.add(query, answer, scope=scope, sources=list(sources), origin=origin)  # type: ignore[arg-type]
+            pc.qa_bank.add(query, answer, scope=scope, sources=list(sources), origin=origin,
+                           embedding=pc.query_embedding(query))  # type: ignore[arg-type]
 
     @hookimpl(trylast=True)
     def percache_documents_added(self, pc: PerCache, report: AddReport) -> None:
