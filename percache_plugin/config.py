@@ -34,7 +34,7 @@ class Config:
     """Settings of a :class:`~percache_plugin.PerCache` handle.
 
     Pass them as keyword arguments to :func:`percache_plugin.enable`; an unknown key raises
-    :class:`ConfigError` naming it. ``Config.describe()`` lists every field with its help text.
+    :class:`ConfigError` naming it. ``Config.describe()`` prints every field with its help text (``help_text()`` returns it).
     """
 
     storage_dtype: str | None = _help(
@@ -186,10 +186,16 @@ class Config:
         return None if self.storage_dtype is None else _DTYPES[self.storage_dtype]
 
     @classmethod
-    def describe(cls) -> str:
-        """One line per field: name, default and help text."""
+    def help_text(cls) -> str:
+        """Every field, one entry each: name, default and help text (what :meth:`describe`
+        prints)."""
         lines = []
         for f in dataclasses.fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             lines.append(f"{f.name} = {default!r}\n    {f.metadata.get('help', '')}")
         return "\n".join(lines)
+
+    @classmethod
+    def describe(cls) -> None:
+        """Print every field with its default and help text (:meth:`help_text` returns it)."""
+        print(cls.help_text())
