@@ -12,6 +12,10 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
+from typing import NoReturn
+
+from .cli_errors import EXIT_USAGE, USER_ERRORS, report
 
 __all__ = ["main", "COMMANDS", "BENCHMARKS"]
 
@@ -21,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plugins": ("percache_plugin.plugin_list", "list the loaded plugins and their hooks"),
     "conformance": ("percache_plugin.conformance.cli",
                     "check percache's correctness and capabilities on a model"),
+    "store": ("percache_plugin.admin.cli",
+              "look into a store and manage it: info, list, remove, purge, clear"),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "ttft": ("percache_plugin.bench.ttft", "time to first token: plain vs warm on-disk store (SmolLM2)"),
@@ -31,15 +37,27 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: the problem and where to look, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (hint: {self.prog} --help)\n")
+
+
 def _add(sub: argparse._SubParsersAction, name: str, module: str, help_text: str) -> None:
     mod = importlib.import_module(module)
     p = sub.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback of an error instead of a one-line message")
     mod.add_arguments(p)
     p.set_defaults(run=mod.run)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="percache", description="percache: predictive cache for personal RAG")
+    p = _Parser(prog="percache", description="percache: predictive cache for personal RAG")
+    p.add_argument("--version", action="version", version=f"percache {_version()}")
+    p.add_argument("--debug", action="store_true",
+                   help="show the full traceback of an error instead of a one-line message")
     sub = p.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         _add(sub, name, module, help_text)
@@ -50,10 +68,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _version() -> str:
+    try:
+        return metadata.version("percache-plugin")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = build_parser().parse_args(argv)
-    result = args.run(args)
+    try:
+        result = args.run(args)
+    except KeyboardInterrupt:
+        print("percache: interrupted", file=sys.stderr)
+        return 130
+    except USER_ERRORS as exc:
+        if args.debug:
+            raise
+        return report(exc)
     return result if isinstance(result, int) else 0
 
 

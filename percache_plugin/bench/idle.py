@@ -27,7 +27,7 @@ from ..config import Config
 from ..engine import PerCache, enable
 from ..hooks.specs import hookimpl
 from ..rag.qmsum import iter_meetings, meeting_text
-from .common import DEFAULT_QMSUM, markdown_table, median, write_json
+from .common import DEFAULT_QMSUM, markdown_table, median, require_qmsum, write_json
 
 __all__ = ["add_arguments", "run"]
 
@@ -115,6 +115,7 @@ def _policy(model: Any, tok: Any, text: str, pairs: list[tuple[str, str]], cutof
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    require_qmsum(args.data)
     torch.set_num_threads(args.threads)
     model, tok = load_smollm2()
     meeting, text, pairs = _meeting(args)

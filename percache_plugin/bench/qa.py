@@ -23,7 +23,7 @@ from ..rag.guards import DEFAULT_MIN_OVERLAP, DEFAULT_TAU
 from ..rag.index import HybridIndex
 from ..rag.qa_bank import QABank
 from ..rag.qmsum import chunk_meeting, iter_meetings
-from .common import DEFAULT_QMSUM, markdown_table, write_json
+from .common import DEFAULT_QMSUM, markdown_table, require_qmsum, write_json
 
 __all__ = ["add_arguments", "run", "synthetic_questions"]
 
@@ -208,6 +208,7 @@ def _latency_rows(timings: dict[str, list[list[float]]]) -> tuple[dict[str, Any]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    require_qmsum(args.data)
     import torch
 
     torch.set_num_threads(args.threads)

@@ -23,7 +23,14 @@ from tqdm import tqdm
 
 from ..bundled import load_smollm2
 from ..engine import PerCache, enable
-from .common import DEFAULT_QMSUM, markdown_table, median, transcript_chunks, write_json
+from .common import (
+    DEFAULT_QMSUM,
+    markdown_table,
+    median,
+    require_qmsum,
+    transcript_chunks,
+    write_json,
+)
 from .metrics import kl_and_top1, rouge_l
 
 __all__ = ["add_arguments", "run", "DEFAULT_STRATEGIES"]
@@ -82,6 +89,7 @@ def _fresh(model: Any, tok: Any, populated: Path, strategy: str) -> Iterator[Per
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    require_qmsum(args.data)
     torch.set_num_threads(args.threads)
     model, tok = load_smollm2()
     rows: dict[str, list[dict[str, float]]] = {s: [] for s in args.strategies}

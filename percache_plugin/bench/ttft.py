@@ -11,7 +11,14 @@ import torch
 
 from ..bundled import load_smollm2
 from ..engine import enable
-from .common import DEFAULT_QMSUM, markdown_table, median, transcript_chunks, write_json
+from .common import (
+    DEFAULT_QMSUM,
+    markdown_table,
+    median,
+    require_qmsum,
+    transcript_chunks,
+    write_json,
+)
 
 __all__ = ["add_arguments", "run"]
 
@@ -30,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    require_qmsum(args.data)
     torch.set_num_threads(args.threads)
     chunks, query = transcript_chunks(args.data, args.chunks, args.words)
     model, tok = load_smollm2()

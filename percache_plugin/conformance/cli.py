@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 import torch
 
-from .load import BUILTIN_MODELS, DTYPES, SMOLLM2, default_min_agreement, load_model
+from ..cli_errors import UsageError, report
+from .load import BUILTIN_MODELS, DTYPES, SMOLLM2, default_min_agreement, is_tiny, load_model
 from .report import format_capability_table, format_report, progress_line, write_json
 from .subject import SuiteOptions
 from .suite import CHECKS, SuiteReport, run_suite
@@ -56,16 +59,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _plugin(spec: str) -> object:
-    """``module`` (its module-level hook implementations) or ``module:attr`` (an object, or a
-    class instantiated without arguments)."""
+    """``module`` (its module-level hook implementations), ``module:attr`` (an object, or a
+    class instantiated without arguments), or the same with a ``.py`` file path as module."""
     module, sep, attr = spec.partition(":")
     if not module or (sep and not attr):
-        raise ValueError(f"--plugin expects MODULE or MODULE:ATTR, got {spec!r}")
-    obj = importlib.import_module(module)
+        raise UsageError(f"--plugin expects MODULE, MODULE:ATTR or FILE.py[:ATTR], got {spec!r}")
+    try:
+        obj = _import_file(module) if module.endswith(".py") or os.sep in module else importlib.import_module(module)
+    except UsageError:
+        raise
+    except Exception as exc:  # the plugin's own code failed to import
+        raise UsageError(f"cannot import plugin {module!r}: {type(exc).__name__}: {exc}",
+                         "check the module name (importable from here) or give a FILE.py path") from exc
     if not attr:
         return obj
+    if not hasattr(obj, attr):
+        raise UsageError(f"plugin module {module!r} has no attribute {attr!r}",
+                         "give MODULE:ATTR with ATTR a plugin object or class defined in it")
     found = getattr(obj, attr)
     return found() if isinstance(found, type) else found
+
+
+def _import_file(path: str) -> object:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise UsageError(f"--plugin file {path!r} does not exist",
+                         "give a .py file path or an importable module name")
+    spec = importlib.util.spec_from_file_location(f"percache_plugin_file_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"--plugin file {path!r} is not a Python module", "give a .py file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _check_model_name(name: str) -> None:
+    """A path that does not exist fails here, with a message, instead of deep in transformers."""
+    if is_tiny(name) or name == SMOLLM2:
+        return
+    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+    if looks_like_path and not Path(name).expanduser().exists():
+        raise UsageError(f"no model at {name!r}",
+                         "give a local model folder (with config.json), a hub id already in the "
+                         f"offline cache, '{SMOLLM2}', or 'tiny:<family>'")
 
 
 def _run_one(name: str, args: argparse.Namespace, plugins: tuple[object, ...],
@@ -75,7 +111,12 @@ def _run_one(name: str, args: argparse.Namespace, plugins: tuple[object, ...],
         model, tokenizer = load_model(name, gguf_file=args.gguf_file, dtype=args.dtype,
                                       trust_remote_code=args.trust_remote_code)
     except Exception as exc:  # reported, and the exit code says so
-        print(f"cannot load {name!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if not args.builtin:
+            raise UsageError(f"cannot load {name!r}: {type(exc).__name__}: {exc}",
+                             "give a local model folder (with config.json) or a hub id already "
+                             "in the offline cache") from exc
+        print(f"cannot load {name!r}: {type(exc).__name__}: {' '.join(str(exc).split())}",
+              file=sys.stderr)
         return None
     threshold = args.min_agreement
     if threshold is None:
@@ -98,20 +139,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.builtin == (args.model is not None):
-        print("give a MODEL or --builtin (not both)", file=sys.stderr)
-        return 2
+        raise UsageError("give a MODEL or --builtin (not both)",
+                         f"e.g. 'percache conformance {SMOLLM2}' or 'percache conformance --builtin'")
     if args.builtin and args.gguf_file:
-        print("--gguf-file applies to one MODEL, not to --builtin", file=sys.stderr)
-        return 2
+        raise UsageError("--gguf-file applies to one MODEL, not to --builtin")
     if args.threads is not None and args.threads < 1:
-        print(f"--threads must be at least 1, got {args.threads}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    if not args.builtin:
+        _check_model_name(args.model)
+    plugins = tuple(_plugin(spec) for spec in args.plugin)
     torch.set_num_threads(args.threads or default_threads())
-    try:
-        plugins = tuple(_plugin(spec) for spec in args.plugin)
-    except (ImportError, AttributeError, ValueError) as exc:
-        print(f"cannot load plugin: {exc}", file=sys.stderr)
-        return 2
     names = list(BUILTIN_MODELS) if args.builtin else [args.model]
     ran = [_run_one(name, args, plugins, out) for name in names]
     reports = [r for r in ran if r is not None]
@@ -130,7 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="percache conformance",
                                 description="check percache's correctness on a model")
     add_arguments(p)
-    return run(p.parse_args(argv))
+    try:
+        return run(p.parse_args(argv))
+    except UsageError as exc:
+        return report(exc)
 
 
 if __name__ == "__main__":

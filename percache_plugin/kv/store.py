@@ -49,7 +49,7 @@ from .integrity import (
     write_node_file,
 )
 
-__all__ = ["ChunkKV", "KVStore", "NodeInfo", "StoreStats"]
+__all__ = ["ChunkKV", "KVStore", "NodeInfo", "StoreStats", "stored_fingerprints"]
 
 log = logging.getLogger(__name__)
 
@@ -584,3 +584,20 @@ def _check_extra(extra: Mapping[str, str] | None) -> dict[str, str]:
         if not isinstance(k, str) or not isinstance(v, str):
             raise ValueError(f"extra must map str to str, got {k!r}: {v!r}")
     return out
+
+
+def stored_fingerprints(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Every model fingerprint with K/V nodes in the store at ``path``, and its node count,
+    read without opening the store for writing (nothing is created)."""
+    db_path = Path(path).expanduser() / DB_NAME
+    if not db_path.is_file():
+        return {}
+    db = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_MS / 1000)
+    try:
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'kv_nodes'").fetchone() is None:
+            return {}
+        rows = db.execute("SELECT fingerprint, COUNT(*) FROM kv_nodes GROUP BY fingerprint"
+                          " ORDER BY fingerprint").fetchall()
+        return {str(fp): int(n) for fp, n in rows}
+    finally:
+        db.close()

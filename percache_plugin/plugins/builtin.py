@@ -88,8 +88,11 @@ class StoreBackedKV:
     ) -> None:
         if not pc.config.use_kv:
             return
+        extra = {"exact": "1" if exact else "0"}
+        if piece.segment.id is not None:  # the knowledge-bank chunk: lets its K/V be removed with it
+            extra["chunk"] = piece.segment.id
         pc.store.put(key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids,
-                     extra={"exact": "1" if exact else "0"})
+                     extra=extra)
 
 
 class RequestLog:

@@ -162,6 +162,10 @@ class HybridIndex:
         except KeyError:
             raise KeyError(f"no chunk {chunk_id!r} in the index") from None
 
+    def chunks(self) -> list[Chunk]:
+        """Every chunk, in insertion order."""
+        return [e.chunk for e in self._entries.values()]
+
     def add(self, chunks: Sequence[Chunk], embeddings: np.ndarray) -> int:
         """Add chunks with their embeddings (row i belongs to chunk i); returns how many
         were new. Chunks whose id is already indexed (or repeated in the batch) are skipped."""

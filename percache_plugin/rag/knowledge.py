@@ -113,5 +113,18 @@ class KnowledgeBank:
     def chunk(self, chunk_id: str) -> Chunk:
         return self.index.chunk(chunk_id)
 
+    def chunks(self) -> list[Chunk]:
+        """Every chunk in the bank, in the order added."""
+        with self._lock:
+            return self.index.chunks()
+
+    def remove_chunks(self, chunk_ids: Iterable[str]) -> int:
+        """Remove chunks (unknown ids are ignored) and persist the index; returns how many."""
+        with self._lock:
+            removed = self.index.remove(list(chunk_ids))
+            if removed:
+                self._save()
+            return removed
+
     def __len__(self) -> int:
         return len(self.index)

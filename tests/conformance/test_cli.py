@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from percache_plugin.cli import main
 from percache_plugin.conformance import cli
 
 QUICK = ["--threads", "1", "--check", "exact_reuse", "--check", "rope_shift"]
@@ -45,11 +46,32 @@ def test_failing_check_exit_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("argv", [[], ["tiny:llama", "--builtin"], ["tiny:llama", "--threads", "0"],
-                                  ["tiny:llama", "--plugin", "no_such_module_xyz"]])
-def test_bad_arguments_exit_2(argv: list[str]) -> None:
-    assert run(argv)[0] == 2
+                                  ["tiny:llama", "--plugin", "no_such_module_xyz"],
+                                  ["tiny:llama", "--plugin", "./no_such_file.py"],
+                                  ["tiny:llama", "--plugin", "tests.conformance.plugins:Nope"]])
+def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("percache: error: ") and err.count("\n") == 1 and "hint" in err
 
 
-def test_unloadable_model_exit_2(tmp_path: Path) -> None:
-    rc, _ = run([str(tmp_path / "missing-model"), *QUICK])
-    assert rc == 2
+def test_plugin_from_a_bad_file_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "broken.py"
+    bad.write_text("def (:\n")
+    assert main(["conformance", "tiny:llama", "--plugin", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot import plugin" in err and "SyntaxError" in err and err.count("\n") == 1
+
+
+def test_plugin_from_a_file(tmp_path: Path) -> None:
+    good = tmp_path / "myplugin.py"
+    good.write_text("class Nothing:\n    pass\n")
+    rc, _ = run(["tiny:llama", "--threads", "1", "--check", "exact_reuse", "--plugin", f"{good}:Nothing"])
+    assert rc == 0
+
+
+@pytest.mark.parametrize("model", ["/nonexistent/model", "./missing-model"])
+def test_missing_model_exit_2(model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", model, *QUICK]) == 2
+    err = capsys.readouterr().err
+    assert f"no model at {model!r}" in err and err.count("\n") == 1

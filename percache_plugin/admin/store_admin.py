@@ -1,0 +1,311 @@
+"""Look into a store and manage it: sizes, entries, hit counts, documents; remove, purge, clear.
+
+Works on a store directory without loading any model: the knowledge bank, the QA bank and the
+K/V store are opened through their own classes. Changes go through their public methods, so
+each keeps its own invariants (atomic files, transactions, counters).
+
+Open the admin only on a store no other process is writing to: a running handle keeps the QA
+bank in memory and would not see entries removed here. :meth:`StoreAdmin.clear` refuses a store
+that another process holds open.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from ..kv.integrity import DirectoryLock
+from ..kv.store import DB_NAME, KVStore, stored_fingerprints
+from ..rag.chunking import Chunk
+from ..rag.knowledge import KnowledgeBank
+from ..rag.qa_bank import QABank, QAEntry
+
+__all__ = ["StoreAdmin", "StoreInfo", "DocumentInfo", "FingerprintInfo", "RemoveReport",
+           "StoreInUseError"]
+
+_KNOWLEDGE = "knowledge"
+_KNOWLEDGE_META = "knowledge.json"
+
+
+class StoreInUseError(RuntimeError):
+    """Another process has the store open."""
+
+
+class _StoredEmbedder:
+    """Stands in for the embedder a store was built with: the banks check its name when they
+    open; the admin never embeds anything."""
+
+    def __init__(self, name: str, dim: int) -> None:
+        self.name = name
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise RuntimeError("the store admin does not embed text; open the store with enable()")
+
+
+@dataclass(frozen=True)
+class FingerprintInfo:
+    """K/V of one model fingerprint: nodes, tokens, bytes, and how often they were served."""
+
+    fingerprint: str
+    nodes: int
+    tokens: int
+    bytes: int
+    hits: int
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.bytes / self.tokens if self.tokens else 0.0
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """A document of the knowledge bank: its chunks and the QA entries built on them."""
+
+    doc_id: str
+    scope: str | None
+    chunks: int
+    words: int
+    qa_entries: int
+
+
+@dataclass
+class StoreInfo:
+    """What :meth:`StoreAdmin.info` found. Sizes are bytes on disk."""
+
+    path: Path
+    bytes_kv: int = 0
+    bytes_knowledge: int = 0
+    bytes_database: int = 0
+    bytes_qa: int = 0
+    documents: int = 0
+    chunks: int = 0
+    qa_entries: int = 0
+    qa_answered: int = 0
+    qa_stale: int = 0
+    qa_hits: int = 0
+    embedder: str | None = None
+    fingerprints: list[FingerprintInfo] = field(default_factory=list)
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_kv + self.bytes_knowledge + self.bytes_database
+
+    def summary(self) -> str:
+        """A few lines a person can read."""
+        mb = 1e6
+        lines = [
+            f"store {self.path}: {self.bytes_total / mb:.1f} MB",
+            f"  K/V tensors     {self.bytes_kv / mb:8.1f} MB",
+            f"  knowledge index {self.bytes_knowledge / mb:8.1f} MB",
+            f"  SQLite database {self.bytes_database / mb:8.1f} MB "
+            f"(QA bank entries {self.bytes_qa / mb:.1f} MB of it)",
+            f"documents {self.documents}, chunks {self.chunks}"
+            + (f" (embedder {self.embedder})" if self.embedder else ""),
+            f"QA bank: {self.qa_entries} entries ({self.qa_answered} answered, "
+            f"{self.qa_stale} stale), served {self.qa_hits} times",
+            f"model fingerprints with K/V: {len(self.fingerprints)}",
+        ]
+        for f in self.fingerprints:
+            lines.append(f"  {f.fingerprint[:16]}  {f.nodes} nodes, {f.tokens} tokens, "
+                         f"{f.bytes / mb:.1f} MB ({f.bytes_per_token / 1e3:.1f} KB/token), "
+                         f"served {f.hits} times")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RemoveReport:
+    """What a removal deleted."""
+
+    documents: int = 0
+    chunks: int = 0
+    kv_nodes: int = 0
+    qa_entries: int = 0
+
+
+def _dir_bytes(path: Path) -> int:
+    if not path.exists():
+        return 0
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+class StoreAdmin:
+    """Inspect and manage the store at ``path`` (a directory made by ``enable(store=...)``).
+
+    :raises FileNotFoundError: when ``path`` is not a percache store.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        if not (self.path / DB_NAME).is_file():
+            raise FileNotFoundError(f"{str(self.path)!r} is not a percache store (no {DB_NAME} in it)")
+        self._embedder = self._stored_embedder()
+        self._knowledge: KnowledgeBank | None = None
+        self._qa: QABank | None = None
+        self._kv: dict[str, KVStore] = {}
+
+    # -- opening the parts ---------------------------------------------------------------
+    def _stored_embedder(self) -> _StoredEmbedder | None:
+        meta = self.path / _KNOWLEDGE / _KNOWLEDGE_META
+        if meta.is_file():
+            data = json.loads(meta.read_text("utf-8"))
+            return _StoredEmbedder(str(data["embedder"]), int(data["dim"]))
+        return None
+
+    @property
+    def knowledge(self) -> KnowledgeBank | None:
+        """The knowledge bank (None if no document was ever added)."""
+        if self._knowledge is None and self._embedder is not None:
+            self._knowledge = KnowledgeBank(self.path / _KNOWLEDGE, self._embedder)  # type: ignore[arg-type]
+        return self._knowledge
+
+    @property
+    def qa_bank(self) -> QABank:
+        if self._qa is None:
+            embedder = self._embedder or _StoredEmbedder("unknown", 1)
+            self._qa = QABank(self.path / DB_NAME, embedder, byte_limit=None)  # type: ignore[arg-type]
+        return self._qa
+
+    def kv_store(self, fingerprint: str) -> KVStore:
+        """The K/V store of one fingerprint."""
+        if fingerprint not in self._kv:
+            self._kv[fingerprint] = KVStore(self.path, fingerprint=fingerprint, verify=False)
+        return self._kv[fingerprint]
+
+    def fingerprints(self) -> list[str]:
+        """Model fingerprints with K/V in the store."""
+        return list(stored_fingerprints(self.path))
+
+    # -- reading -------------------------------------------------------------------------
+    def info(self) -> StoreInfo:
+        """Sizes by kind, entries, hit counts and the fingerprints present."""
+        info = StoreInfo(self.path)
+        info.bytes_kv = _dir_bytes(self.path / "kv")
+        info.bytes_knowledge = _dir_bytes(self.path / _KNOWLEDGE)
+        info.bytes_database = sum(f.stat().st_size for f in self.path.glob(DB_NAME + "*"))
+        chunks = self.chunks()
+        info.chunks = len(chunks)
+        info.documents = len({(c.doc_id, c.scope) for c in chunks})
+        info.embedder = None if self._embedder is None else self._embedder.name
+        entries = self.qa_bank.entries()
+        info.qa_entries = len(entries)
+        info.qa_answered = sum(e.answer is not None for e in entries)
+        info.qa_stale = sum(e.stale for e in entries)
+        info.qa_hits = sum(e.hits for e in entries)
+        info.bytes_qa = sum(e.nbytes for e in entries)
+        for fp in self.fingerprints():
+            nodes = self.kv_store(fp).nodes()
+            info.fingerprints.append(FingerprintInfo(
+                fp, len(nodes), sum(n.n_tokens for n in nodes), sum(n.nbytes for n in nodes),
+                sum(n.hits for n in nodes)))
+        return info
+
+    def chunks(self) -> list[Chunk]:
+        kb = self.knowledge
+        return [] if kb is None else kb.chunks()
+
+    def documents(self) -> list[DocumentInfo]:
+        """Every document with its chunk count and the QA entries built on its chunks."""
+        by_doc: dict[tuple[str, str | None], list[Chunk]] = {}
+        for c in self.chunks():
+            by_doc.setdefault((c.doc_id, c.scope), []).append(c)
+        entries = self.qa_bank.entries()
+        out = []
+        for (doc_id, scope), chunks in by_doc.items():
+            ids = {c.id for c in chunks}
+            out.append(DocumentInfo(doc_id, scope, len(chunks), sum(len(c.text.split()) for c in chunks),
+                                    sum(1 for e in entries if ids.intersection(e.sources))))
+        return out
+
+    def qa_entries(self) -> list[QAEntry]:
+        return self.qa_bank.entries()
+
+    # -- changing ------------------------------------------------------------------------
+    def remove_document(self, doc_id: str, *, scope: str | None = None) -> RemoveReport:
+        """Remove a document: its chunks, the K/V built on them (every fingerprint, with the
+        prefix-tree nodes computed after them) and the QA entries whose answers used them.
+        ``scope`` narrows the match when the same id exists in several scopes.
+
+        :raises KeyError: when no chunk belongs to ``doc_id``.
+        """
+        chunks = [c for c in self.chunks() if c.doc_id == doc_id and (scope is None or c.scope == scope)]
+        if not chunks:
+            known = sorted({c.doc_id for c in self.chunks()})
+            raise KeyError(f"no document {doc_id!r} in {self.path} (documents: {known[:10]})")
+        ids = {c.id for c in chunks}
+        return self._remove_chunks(ids, documents=len({(c.doc_id, c.scope) for c in chunks}))
+
+    def _remove_chunks(self, ids: set[str], *, documents: int) -> RemoveReport:
+        qa = [e.id for e in self.qa_bank.entries() if ids.intersection(e.sources)]
+        for entry_id in qa:
+            self.qa_bank.delete(entry_id)
+        kv_nodes = 0
+        for fp in self.fingerprints():
+            store = self.kv_store(fp)
+            for node in store.nodes():
+                if node.extra.get("chunk") in ids and store.contains(node.key):
+                    kv_nodes += store.delete(node.key, with_descendants=True)
+        kb = self.knowledge
+        removed = 0 if kb is None else kb.remove_chunks(ids)
+        return RemoveReport(documents, removed, kv_nodes, len(qa))
+
+    def purge(self, keep: str | None = None) -> int:
+        """Remove the K/V of every fingerprint but ``keep`` (None: the fingerprint that wrote
+        most recently); returns the number of nodes removed."""
+        fps = self.fingerprints()
+        if not fps:
+            return 0
+        if keep is None:
+            keep = max(fps, key=lambda fp: max((n.created for n in self.kv_store(fp).nodes()), default=0.0))
+        matches = [fp for fp in fps if fp.startswith(keep)]
+        if len(matches) > 1:
+            raise ValueError(f"fingerprint prefix {keep!r} is ambiguous: {matches}")
+        keep = matches[0] if matches else keep
+        removed = 0
+        for fp in fps:
+            if fp == keep:
+                continue
+            store = self.kv_store(fp)
+            for root in store.children(None):
+                removed += store.delete(root.key, with_descendants=True)
+        return removed
+
+    def clear(self) -> None:
+        """Delete everything in the store (K/V of every model, documents, QA bank, idle queue,
+        prediction state). Refuses when another process has the store open."""
+        self.close()
+        kv_root = self.path / "kv"
+        if kv_root.is_dir():
+            lock = DirectoryLock(kv_root)
+            try:
+                if not lock.exclusive:
+                    raise StoreInUseError(f"store {str(self.path)!r} is open in another process; close it first")
+            finally:
+                lock.close()
+        for child in self.path.iterdir():
+            if child.is_dir() and child.name in ("kv", _KNOWLEDGE):
+                shutil.rmtree(child)
+            elif child.name.startswith(DB_NAME):
+                child.unlink()
+
+    def close(self) -> None:
+        for store in self._kv.values():
+            store.close()
+        self._kv.clear()
+        if self._qa is not None:
+            self._qa.close()
+            self._qa = None
+        self._knowledge = None
+
+    def __enter__(self) -> StoreAdmin:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,104 @@
+"""Store administration: info, list, remove a document, purge other fingerprints, clear."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.admin import StoreAdmin
+from percache_plugin.cli import main
+from percache_plugin.kv.store import KVStore
+from tests.helpers import tiny_pair
+
+DOCS = [
+    {"id": "ana", "text": "Ana: the choir rehearsal moved to Friday at 6 pm in the small hall."},
+    {"id": "ben", "text": "Ben: the budget review is on Monday; travel costs are over plan."},
+]
+
+
+def _filled(store: Path) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=store, embedder="hash", predict="off")
+    pc.add_documents(DOCS, scope="me")
+    pc.ask("When is the choir rehearsal?", scope="me", max_new_tokens=3)
+    pc.ask("When is the choir rehearsal?", scope="me", max_new_tokens=3)  # a QA-bank hit
+    pc.disable()
+
+
+def test_info_counts_sizes_entries_hits_and_fingerprints(tmp_path: Path) -> None:
+    _filled(tmp_path)
+    with StoreAdmin(tmp_path) as admin:
+        info = admin.info()
+    assert info.documents == 2 and info.chunks == 2
+    assert info.qa_entries == 1 and info.qa_hits == 1 and info.qa_answered == 1
+    assert len(info.fingerprints) == 1 and info.fingerprints[0].nodes >= 3
+    assert info.bytes_kv > 0 and info.bytes_knowledge > 0 and info.bytes_database > 0
+    assert info.fingerprints[0].bytes_per_token > 0
+    assert "QA bank: 1 entries" in info.summary()
+
+
+def test_remove_document_takes_its_chunks_kv_and_qa_entries(tmp_path: Path) -> None:
+    _filled(tmp_path)
+    with StoreAdmin(tmp_path) as admin:
+        docs = {d.doc_id: d for d in admin.documents()}
+        assert docs["ana"].qa_entries == 1
+        fp = admin.fingerprints()[0]
+        before = len(admin.kv_store(fp).nodes())
+        report = admin.remove_document("ana")
+        assert report.chunks == 1 and report.qa_entries == 1 and report.kv_nodes >= 1
+        assert [d.doc_id for d in admin.documents()] == ["ben"]
+        assert admin.qa_entries() == []
+        assert len(admin.kv_store(fp).nodes()) == before - report.kv_nodes
+        with pytest.raises(KeyError, match="no document 'nobody'"):
+            admin.remove_document("nobody")
+    # A handle reopened on the store no longer retrieves the removed document.
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off")
+    assert {c.doc_id for c in pc.knowledge.chunks()} == {"ben"}
+    pc.disable()
+
+
+def test_purge_keeps_one_fingerprint(tmp_path: Path) -> None:
+    _filled(tmp_path)
+    with StoreAdmin(tmp_path) as admin:
+        mine = admin.fingerprints()[0]
+    other = KVStore(tmp_path, fingerprint="another-model")
+    donor = KVStore(tmp_path, fingerprint=mine)
+    root = donor.children(None)[0]
+    kv = donor.get(root.key)
+    assert kv is not None
+    other.put("k1", kv, parent=None, start=0, token_ids=list(range(kv.n_tokens)))
+    other.close()
+    donor.close()
+    with StoreAdmin(tmp_path) as admin:
+        assert sorted(admin.fingerprints()) == sorted([mine, "another-model"])
+        assert admin.purge(keep=mine[:12]) == 1
+        assert admin.fingerprints() == [mine]
+
+
+def test_clear_empties_the_store(tmp_path: Path) -> None:
+    _filled(tmp_path)
+    with StoreAdmin(tmp_path) as admin:
+        admin.clear()
+    assert not any(tmp_path.iterdir())
+
+
+def test_not_a_store(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="is not a percache store"):
+        StoreAdmin(tmp_path)
+
+
+def test_cli_store_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _filled(tmp_path)
+    assert main(["store", "info", str(tmp_path)]) == 0
+    assert "QA bank: 1 entries" in capsys.readouterr().out
+    assert main(["store", "list", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ana scope=me: 1 chunks" in out and "When is the choir rehearsal?" in out
+    assert main(["store", "remove", str(tmp_path), "--doc", "ana"]) == 0
+    assert "1 QA entries" in capsys.readouterr().out
+    assert main(["store", "purge", str(tmp_path)]) == 0
+    assert main(["store", "clear", str(tmp_path), "--yes"]) == 0
+    assert not any(tmp_path.iterdir())
