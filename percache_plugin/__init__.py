@@ -4,9 +4,12 @@
 percache and returns a :class:`PerCache` handle.
 """
 
-from .ask import Answer
+from .assistant import Answer
 from .config import Config, ConfigError
-from .engine import Capabilities, PerCache, enable
+from .core.capabilities import Capabilities
+from .core.query import Query
+from .handle import PerCache, enable
+from .hooks.contexts import AssistantContext, EngineContext
 from .hooks.manager import DEFAULT_PLUGINS
 from .hooks.specs import hookimpl
 from .idle import IdleReport
@@ -19,17 +22,20 @@ from .stats import Generation, GenerationStats, StatsTotals
 __all__ = [
     "AddReport",
     "Answer",
+    "AssistantContext",
     "Capabilities",
     "ChunkKV",
     "Config",
     "ConfigError",
     "DEFAULT_PLUGINS",
+    "EngineContext",
     "Generation",
     "GenerationStats",
     "IdleReport",
     "PerCache",
     "Prompt",
     "PromptPiece",
+    "Query",
     "ReusePlan",
     "Segment",
     "SegmentError",

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .cli_errors import UsageError
-from .engine import PerCache, enable
+from .handle import PerCache, enable
 
 __all__ = ["add_arguments", "run", "SAMPLE_CHUNKS", "SYSTEM"]
 

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .attention.rope import RopeShifter
 from .attention.splice import ProbeDone, SpliceCache, splice_mask
+from .decode import dtype_device
 from .kv.assemble import Placed, assemble
 from .kv.cache import cache_from_chunks, empty_cache
 from .kv.planner import ReusePlan
@@ -17,7 +19,7 @@ from .segments import Prompt
 from .stats import GenerationStats
 
 if TYPE_CHECKING:
-    from .engine import PerCache
+    from .hooks.contexts import EngineContext
 
 __all__ = ["PlanError", "ReuseRunner"]
 
@@ -27,10 +29,13 @@ class PlanError(RuntimeError):
 
 
 class ReuseRunner:
-    """Builds the cache of one request from a plan, for the handle ``pc``."""
+    """Builds the cache of one request from a plan: loads through the hooks of ``ctx``, shifts
+    with ``shifter`` (None: no shifted reuse) and runs ``model`` over the positions to compute."""
 
-    def __init__(self, pc: PerCache) -> None:
-        self._pc = pc
+    def __init__(self, model: Any, ctx: EngineContext, shifter: RopeShifter | None) -> None:
+        self._model = model
+        self._ctx = ctx
+        self._shifter = shifter
         self.active_splice: SpliceCache | None = None
         self._masks: dict[tuple[int | None, int], torch.Tensor] = {}
 
@@ -54,7 +59,7 @@ class ReuseRunner:
         for i in plan.exact:
             piece = prompt.pieces[i]
             assert piece.key is not None
-            kv = self._pc.hooks.load_chunk(self._pc, piece.key, piece.token_ids)
+            kv = self._ctx.hooks.load_chunk(self._ctx, piece.key, piece.token_ids)
             if kv is None:  # corrupt or evicted: exact reuse ends here
                 stats.load_misses += 1
                 break
@@ -65,7 +70,7 @@ class ReuseRunner:
         placed = []
         for sp in plan.shifted:
             piece = prompt.pieces[sp.index]
-            kv = self._pc.hooks.load_chunk(self._pc, sp.key, piece.token_ids)
+            kv = self._ctx.hooks.load_chunk(self._ctx, sp.key, piece.token_ids)
             if kv is None:
                 stats.load_misses += 1
                 continue
@@ -73,16 +78,12 @@ class ReuseRunner:
         return placed
 
     # -- building the cache -------------------------------------------------------------------
-    def _dtype_device(self) -> tuple[torch.dtype, torch.device]:
-        p = next(self._pc.model.parameters())
-        return p.dtype, p.device
-
     def exact_cache(self, prompt: Prompt, chunks: list[ChunkKV],
                     stats: GenerationStats) -> tuple[Any, int, int]:
         """The chunks back to back; returns (cache, positions served, nodes served)."""
         if not chunks:
             return empty_cache(), 0, 0
-        dtype, device = self._dtype_device()
+        dtype, device = dtype_device(self._model)
         cache = cache_from_chunks(chunks, dtype, device)
         stats.bytes_loaded = sum(c.nbytes for c in chunks)
         stats.approximate = any(c.keys[0].dtype != dtype for c in chunks)
@@ -99,8 +100,7 @@ class ReuseRunner:
                stats: GenerationStats) -> tuple[Any, int, int]:
         """Inject exact and shifted chunks, recompute the chosen positions and every uncovered one
         in one forward through a SpliceCache; the last prompt token is left to ``generate``."""
-        pc = self._pc
-        dtype, device = self._dtype_device()
+        dtype, device = dtype_device(self._model)
         length = prompt.n_tokens - 1
         placed, pos = [], 0
         for kv in exact:
@@ -108,14 +108,14 @@ class ReuseRunner:
             pos += kv.n_tokens
         exact_tokens = min(pos, length)
         try:
-            cache, filled = assemble(placed + shifted, length, pc.shifter, dtype=dtype, device=device)
+            cache, filled = assemble(placed + shifted, length, self._shifter, dtype=dtype, device=device)
         except ValueError as exc:
             raise PlanError(f"cannot assemble the plan: {exc}") from exc
         spans = tuple((p.start, min(p.start + p.kv.n_tokens, length)) for p in shifted
                       if p.start < length)
         ids = torch.tensor([prompt.input_ids], device=device)
         context = RecomputeContext(spans, lambda layer: self._probe(cache, ids, filled, exact_tokens, layer))
-        chosen = pc.hooks.select_recompute(pc, prompt, plan, context)
+        chosen = self._ctx.hooks.select_recompute(self._ctx, prompt, plan, context)
         if not set(chosen) <= set(context.candidates.tolist()):
             raise PlanError("recompute strategy chose positions outside the shifted chunks")
         compute = (~filled).clone()
@@ -139,7 +139,7 @@ class ReuseRunner:
             self.active_splice = cache
             self._masks.clear()
             try:
-                self._pc.model(input_ids=ids[:, positions], position_ids=positions[None],
+                self._model(input_ids=ids[:, positions], position_ids=positions[None],
                                past_key_values=cache, use_cache=True)
             except ProbeDone:
                 pass

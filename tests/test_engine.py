@@ -69,7 +69,7 @@ def test_hook_fires_once_per_layer_per_forward() -> None:
 
     class Count:
         @percache.hookimpl(wrapper=True)
-        def percache_attention(self, pc, module, query, key, value, attention_mask, kwargs):
+        def percache_attention(self, ctx, module, query, key, value, attention_mask, kwargs):
             calls.append(module.layer_idx)
             return (yield)
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import percache_plugin as percache
-from percache_plugin.ask import segments_for
+from percache_plugin.assistant.ask import segments_for
 from tests.helpers import tiny_pair
 
 DOCS = [
@@ -40,7 +40,7 @@ def test_high_threshold_prefills_only() -> None:
     assert {e.question for e in entries} == set(PREDICTED)
     assert all(e.answer is None and e.origin == "predicted" for e in entries)
     for e in entries:
-        assert pc.kv_cached(segments_for(pc, e.question, e.sources))
+        assert pc.kv_cached(segments_for(pc.config.system_prompt, e.question, [pc.knowledge.chunk(c) for c in e.sources]))
     # An answerless entry is never served.
     assert pc.ask(PREDICTED[0], scope="u", max_new_tokens=2).source == "generated"
 
@@ -70,7 +70,8 @@ def test_raising_kv_limit_restores_evicted_kv() -> None:
     _populate(pc)
     pc.idle()
     entry = pc.qa_bank.entries(scope="u")[0]
-    segs = segments_for(pc, entry.question, entry.sources)
+    segs = segments_for(pc.config.system_prompt, entry.question,
+                        [pc.knowledge.chunk(c) for c in entry.sources])
     assert pc.kv_cached(segs)
     pc.configure(kv_byte_limit=1)  # evicts every node
     assert not pc.kv_cached(segs)
@@ -111,7 +112,7 @@ def test_foreground_preempts_background_decoding() -> None:
 
     class Watch:
         @percache.hookimpl(wrapper=True)
-        def percache_attention(self, pc, module, query, key, value, attention_mask, kwargs):
+        def percache_attention(self, ctx, module, query, key, value, attention_mask, kwargs):
             if query.shape[2] == 1 and threading.current_thread().name == "percache-idle":
                 decoding.set()
             return (yield)
@@ -141,7 +142,7 @@ def test_prediction_seed_is_stable_across_processes() -> None:
     import subprocess
     import sys
 
-    code = ("from percache_plugin.idle import IdleTask; from percache_plugin.scheduler import round_seed;"
+    code = ("from percache_plugin.idle import IdleTask; from percache_plugin.assistant.scheduler import round_seed;"
             "print(round_seed(IdleTask(1, 'predict_knowledge', 'round 1', 'u', 0.0), 'abstract'))")
     seeds = set()
     for hash_seed in ("1", "2"):

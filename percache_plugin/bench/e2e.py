@@ -354,7 +354,7 @@ def replay(ctx: ReplayContext, user: User, method: Method, *, naive: Sequence[st
     """Replay ``user`` with ``method`` on a fresh temporary store. A method this engine cannot
     run (a Config key or ``PerCache.predict`` missing) is skipped at set-up; an error during
     the replay is recorded as ``failed`` with its traceback, so one run cannot sink the rest."""
-    from ..engine import enable
+    from ..handle import enable
 
     t0 = time.perf_counter()
     result = RunResult(user.id, method.name, method.label, "ok", tau=tau)

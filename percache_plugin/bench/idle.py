@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ..bundled import load_smollm2
 from ..config import Config
-from ..engine import PerCache, enable
+from ..handle import PerCache, enable
 from ..hooks.specs import hookimpl
 from ..rag.qmsum import iter_meetings, meeting_text
 from .common import DEFAULT_QMSUM, markdown_table, median, require_qmsum, write_json
@@ -50,7 +50,7 @@ class _DecodeWatch:
         self.decoding = threading.Event()
 
     @hookimpl(wrapper=True)
-    def percache_attention(self, pc: Any, module: Any, query: torch.Tensor, key: Any, value: Any,
+    def percache_attention(self, ctx: Any, module: Any, query: torch.Tensor, key: Any, value: Any,
                            attention_mask: Any, kwargs: Any) -> Any:
         if query.shape[2] == 1 and threading.current_thread().name == "percache-idle":
             self.decoding.set()

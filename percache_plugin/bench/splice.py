@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from ..bundled import load_smollm2
-from ..engine import PerCache, enable
+from ..handle import PerCache, enable
 from .common import (
     DEFAULT_QMSUM,
     markdown_table,

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..bundled import load_smollm2
-from ..engine import enable
+from ..handle import enable
 from .common import (
     DEFAULT_QMSUM,
     markdown_table,

@@ -8,7 +8,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from ..attention.profile import NO_ROPE, resolve_profile
-from ..engine import PerCache
+from ..handle import PerCache
 from ..stats import GenerationStats
 from .gate import build_shifter, shift_gate, suite_profile
 from .result import Outcome, failed, not_applicable, passed

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..engine import PerCache, enable
+from ..handle import PerCache, enable
 from ..stats import Generation
 
 __all__ = [

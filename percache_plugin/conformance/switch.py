@@ -26,7 +26,7 @@ class _LayerCounter:
         self.calls: list[int] = []
 
     @hookimpl(wrapper=True)
-    def percache_attention(self, pc: Any, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+    def percache_attention(self, ctx: Any, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                            value: torch.Tensor, attention_mask: torch.Tensor | None,
                            kwargs: dict[str, Any]) -> Any:
         self.calls.append(int(getattr(module, "layer_idx", -1)))

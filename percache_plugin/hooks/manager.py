@@ -14,7 +14,7 @@ from .specs import PROJECT
 if TYPE_CHECKING:
     import torch
 
-    from ..engine import PerCache
+    from ..core.query import Query
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext
     from ..kv.store import ChunkKV
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
     from ..segments import Prompt, PromptPiece
-    from ..stats import Generation
+    from ..stats import Generation, GenerationStats
+    from .contexts import AssistantContext, EngineContext
 
 __all__ = ["DEFAULT_PLUGINS", "AUTOLOAD_ENV", "ENTRY_POINT_GROUP", "make_plugin_manager", "Hooks"]
 
@@ -70,7 +71,7 @@ class Hooks:
 
     def attention(
         self,
-        pc: PerCache,
+        ctx: EngineContext,
         module: torch.nn.Module,
         query: torch.Tensor,
         key: torch.Tensor,
@@ -79,52 +80,65 @@ class Hooks:
         kwargs: dict[str, Any],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         out = self._hook.percache_attention(
-            pc=pc, module=module, query=query, key=key, value=value,
+            ctx=ctx, module=module, query=query, key=key, value=value,
             attention_mask=attention_mask, kwargs=kwargs,
         )
         if out is None:
             raise RuntimeError("no plugin computed attention (was DefaultAttention unregistered?)")
-        return out
+        return out  # type: ignore[no-any-return]
 
-    def plan_reuse(self, pc: PerCache, prompt: Prompt) -> ReusePlan:
+    def plan_reuse(self, ctx: EngineContext, prompt: Prompt) -> ReusePlan:
         from ..kv.planner import ReusePlan
 
-        plan = self._hook.percache_plan_reuse(pc=pc, prompt=prompt)
+        plan = self._hook.percache_plan_reuse(ctx=ctx, prompt=prompt)
         return plan if plan is not None else ReusePlan(note="no planner answered")
 
-    def load_chunk(self, pc: PerCache, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
-        return self._hook.percache_load_chunk(pc=pc, key=key, token_ids=token_ids)
+    def load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+        return self._hook.percache_load_chunk(ctx=ctx, key=key, token_ids=token_ids)  # type: ignore[no-any-return]
 
     def select_recompute(
-        self, pc: PerCache, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
+        self, ctx: EngineContext, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
     ) -> list[int]:
-        chosen = self._hook.percache_select_recompute(pc=pc, prompt=prompt, plan=plan, context=context)
+        chosen = self._hook.percache_select_recompute(ctx=ctx, prompt=prompt, plan=plan, context=context)
         return sorted(set(int(p) for p in chosen)) if chosen is not None else []
 
-    def store_chunk(self, pc: PerCache, key: str, piece: PromptPiece, parent: str | None,
-                    kv: ChunkKV, exact: bool) -> None:
-        self._hook.percache_store_chunk(pc=pc, key=key, piece=piece, parent=parent, kv=kv, exact=exact)
+    def store_chunk(self, ctx: EngineContext, key: str, piece: PromptPiece, parent: str | None,
+                    kv: ChunkKV, exact: bool) -> bool:
+        """Whether a plugin handled the piece."""
+        handled = self._hook.percache_store_chunk(ctx=ctx, key=key, piece=piece, parent=parent,
+                                                  kv=kv, exact=exact)
+        return bool(handled)
 
-    def request_start(self, pc: PerCache, prompt: Prompt) -> None:
-        self._hook.percache_request_start(pc=pc, prompt=prompt)
+    def request_start(self, ctx: EngineContext, prompt: Prompt) -> None:
+        self._hook.percache_request_start(ctx=ctx, prompt=prompt)
 
-    def request_end(self, pc: PerCache, prompt: Prompt, generation: Generation) -> None:
-        self._hook.percache_request_end(pc=pc, prompt=prompt, generation=generation)
+    def request_end(self, ctx: EngineContext, prompt: Prompt, stats: GenerationStats,
+                    generation: Generation | None) -> None:
+        self._hook.percache_request_end(ctx=ctx, prompt=prompt, stats=stats, generation=generation)
 
-    def retrieve(self, pc: PerCache, query: str, k: int, scope: str | None) -> list[Chunk]:
-        return list(self._hook.percache_retrieve(pc=pc, query=query, k=k, scope=scope) or [])
+    def retrieve(self, ctx: AssistantContext, query: Query, k: int, scope: str | None) -> list[Chunk]:
+        return list(self._hook.percache_retrieve(ctx=ctx, query=query, k=k, scope=scope) or [])
 
-    def qa_lookup(self, pc: PerCache, query: str, scope: str | None,
+    def resolve_chunks(self, ctx: AssistantContext, ids: Sequence[str]) -> list[Chunk] | None:
+        """The chunks of ``ids`` in order, or None when no plugin knows all of them."""
+        found = self._hook.percache_resolve_chunks(ctx=ctx, ids=list(ids))
+        return None if found is None else list(found)
+
+    def qa_lookup(self, ctx: AssistantContext, query: Query, scope: str | None,
                   retrieved: Sequence[str]) -> LookupResult | None:
-        return self._hook.percache_qa_lookup(pc=pc, query=query, scope=scope, retrieved=retrieved)
+        return self._hook.percache_qa_lookup(  # type: ignore[no-any-return]
+            ctx=ctx, query=query, scope=scope, retrieved=retrieved)
 
-    def qa_store(self, pc: PerCache, query: str, answer: str | None, scope: str | None,
+    def qa_store(self, ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,
                  sources: Sequence[str], origin: str = "user") -> None:
-        self._hook.percache_qa_store(pc=pc, query=query, answer=answer, scope=scope,
+        self._hook.percache_qa_store(ctx=ctx, query=query, answer=answer, scope=scope,
                                      sources=sources, origin=origin)
 
-    def documents_added(self, pc: PerCache, report: AddReport) -> None:
-        self._hook.percache_documents_added(pc=pc, report=report)
+    def documents_added(self, ctx: AssistantContext, report: AddReport) -> None:
+        self._hook.percache_documents_added(ctx=ctx, report=report)
+
+    def close(self, ctx: AssistantContext) -> None:
+        self._hook.percache_close(ctx=ctx)
 
     def model_profile(self, model: torch.nn.Module) -> Any:
         return self._hook.percache_model_profile(model=model)

@@ -4,6 +4,11 @@ Plugins implement these with ``@percache_plugin.hookimpl``. Built-in behaviour i
 plugins (``hooks.manager.DEFAULT_PLUGINS``) registered ``trylast``, so a plugin registered later
 runs first and may replace it (``firstresult`` hooks) or wrap it (``@hookimpl(wrapper=True)``).
 Hook calls go through the typed façade :class:`percache_plugin.hooks.manager.Hooks`.
+
+No hook receives the handle: engine-side hooks get an
+:class:`~percache_plugin.hooks.contexts.EngineContext` (settings, K/V store, capabilities, hooks)
+and the ask() pipeline's hooks an :class:`~percache_plugin.hooks.contexts.AssistantContext`
+(settings, embedder, idle queue, hooks), both as ``ctx``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import pluggy
 if TYPE_CHECKING:
     import torch
 
-    from ..engine import PerCache
+    from ..core.query import Query
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext
     from ..kv.store import ChunkKV
@@ -24,7 +29,8 @@ if TYPE_CHECKING:
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
     from ..segments import Prompt, PromptPiece
-    from ..stats import Generation
+    from ..stats import Generation, GenerationStats
+    from .contexts import AssistantContext, EngineContext
 
 __all__ = ["PROJECT", "hookspec", "hookimpl", "HOOK_NAMES"]
 
@@ -35,7 +41,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec(firstresult=True)
 def percache_attention(
-    pc: PerCache,
+    ctx: EngineContext,
     module: torch.nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -50,7 +56,7 @@ def percache_attention(
     support sdpa (e.g. Gemma2's softcapping). Wrap it with ``@hookimpl(wrapper=True)`` to capture Q,
     alter the mask or collect statistics; return a result to replace it.
 
-    :param pc: the handle.
+    :param ctx: the engine context (``ctx.capabilities.attention_backend``).
     :param module: the attention module; ``module.layer_idx`` is its layer.
     :param query: ``[batch, heads, q_len, head_dim]``, post-norm, post-RoPE.
     :param key: ``[batch, kv_heads, kv_len, head_dim]``, after the cache update (includes cached K).
@@ -65,25 +71,26 @@ def percache_attention(
 
 
 @hookspec(firstresult=True)
-def percache_plan_reuse(pc: PerCache, prompt: Prompt) -> ReusePlan | None:
+def percache_plan_reuse(ctx: EngineContext, prompt: Prompt) -> ReusePlan | None:
     """Decide which stored nodes serve the prompt. firstresult.
 
     The default walks the chunk prefix tree and serves the longest cached exact prefix.
 
-    :param pc: the handle (``pc.store`` answers ``contains``/``info`` without loading tensors).
+    :param ctx: the engine context (``ctx.store`` answers ``contains``/``info`` without loading
+        tensors; ``ctx.config.reuse``).
     :param prompt: the tokenized prompt; ``prompt.pieces[i].key`` is the tree key of reusable pieces.
     :return: a :class:`~percache_plugin.kv.planner.ReusePlan`, or None to defer to the next plugin.
     """
 
 
 @hookspec(firstresult=True)
-def percache_load_chunk(pc: PerCache, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
     """Load the K/V of one planned node. firstresult.
 
-    The default reads ``pc.store``; a corrupt or missing entry returns None, which ends exact reuse
-    at that node (the rest of the prompt is computed) or drops a shifted chunk from the plan.
+    The default reads ``ctx.store``; a corrupt or missing entry returns None, which ends exact
+    reuse at that node (the rest of the prompt is computed) or drops a shifted chunk from the plan.
 
-    :param pc: the handle.
+    :param ctx: the engine context.
     :param key: the store key of the node.
     :param token_ids: the token ids the node must hold (checked against its stored hash).
     :return: the K/V, per layer ``[kv_heads, n_tokens, head_dim]``, or None.
@@ -92,16 +99,16 @@ def percache_load_chunk(pc: PerCache, key: str, token_ids: tuple[int, ...]) -> C
 
 @hookspec(firstresult=True)
 def percache_select_recompute(
-    pc: PerCache, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
+    ctx: EngineContext, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
 ) -> Sequence[int] | None:
     """Choose which positions of shifted chunks to compute again. firstresult.
 
-    The default applies ``pc.config.recompute`` (``none``, ``all``, ``head:k``, ``tail:k``,
+    The default applies ``ctx.config.recompute`` (``none``, ``all``, ``head:k``, ``tail:k``,
     ``deviation:r``; see :mod:`percache_plugin.kv.recompute`). Only positions in
     ``context.candidates`` may be returned; anything else makes the request fall back to a full
     prefill (reported in ``stats.fallback``).
 
-    :param pc: the handle.
+    :param ctx: the engine context.
     :param prompt: the tokenized prompt.
     :param plan: the reuse plan (its ``shifted`` pieces are the candidates).
     :param context: spans of the shifted chunks and a lazy K/V-deviation probe.
@@ -109,13 +116,17 @@ def percache_select_recompute(
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def percache_store_chunk(
-    pc: PerCache, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV, exact: bool
-) -> None:
-    """Persist the freshly computed K/V of one reusable piece. Every implementation is called.
+    ctx: EngineContext, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV, exact: bool
+) -> bool | None:
+    """Persist the freshly computed K/V of one reusable piece. firstresult.
 
-    :param pc: the handle.
+    The first implementation that returns a value handles the piece and the ones after it
+    (the built-in store, registered ``trylast``) are not called: a replacement store returns
+    True and the built-in store receives no write.
+
+    :param ctx: the engine context.
     :param key: the store key: ``piece.key`` (a prefix-tree node) when ``exact``; otherwise a key
         outside the tree, so the entry serves only shifted reuse.
     :param piece: the piece (``piece.token_ids``, ``piece.start``).
@@ -123,52 +134,76 @@ def percache_store_chunk(
     :param kv: its K/V, sliced from the request's cache (a copy, safe to keep).
     :param exact: False when the K/V was computed in a context that itself holds approximate
         (shifted) K/V; such entries must never serve exact reuse.
+    :return: True when handled (stored or deliberately skipped), None to defer to the next plugin.
     """
 
 
 @hookspec
-def percache_request_start(pc: PerCache, prompt: Prompt) -> None:
+def percache_request_start(ctx: EngineContext, prompt: Prompt) -> None:
     """A request begins, before planning. Every implementation is called.
 
-    :param pc: the handle.
+    Fires for ``generate()`` and ``prefill()`` while the handle is enabled; every request that
+    fired it fires :func:`percache_request_end` too, also when it fails.
+
+    :param ctx: the engine context.
     :param prompt: the tokenized prompt.
     """
 
 
 @hookspec
-def percache_request_end(pc: PerCache, prompt: Prompt, generation: Generation) -> None:
-    """A request finished; ``generation.stats`` is final. Every implementation is called.
+def percache_request_end(
+    ctx: EngineContext, prompt: Prompt, stats: GenerationStats, generation: Generation | None
+) -> None:
+    """A request finished; ``stats`` is final. Every implementation is called.
 
-    :param pc: the handle.
+    :param ctx: the engine context.
     :param prompt: the tokenized prompt.
-    :param generation: the result returned to the caller.
+    :param stats: the request's stats (also for ``prefill()``, which decodes nothing).
+    :param generation: the result returned to the caller; None for ``prefill()`` and for a
+        request that raised.
     """
 
 
 @hookspec(firstresult=True)
-def percache_retrieve(pc: PerCache, query: str, k: int, scope: str | None) -> list[Chunk] | None:
+def percache_retrieve(ctx: AssistantContext, query: Query, k: int, scope: str | None) -> list[Chunk] | None:
     """Find the chunks to answer ``query`` from. firstresult.
 
-    The default searches the knowledge bank (BM25 + embeddings, reciprocal-rank fusion).
+    The default searches the knowledge bank (BM25 + embeddings, reciprocal-rank fusion). The
+    chunks returned are put into the prompt as they are: they need not come from the knowledge
+    bank.
 
-    :param pc: the handle.
-    :param query: the user's question.
-    :param k: how many chunks (``pc.config.top_k``).
+    :param ctx: the assistant context.
+    :param query: the user's question (``query.text``; ``query.embedding`` is computed once).
+    :param k: how many chunks (``ctx.config.top_k``).
     :param scope: only chunks of this scope; None searches every scope.
     :return: chunks, best first, or None to defer to the next plugin.
     """
 
 
 @hookspec(firstresult=True)
+def percache_resolve_chunks(ctx: AssistantContext, ids: Sequence[str]) -> list[Chunk] | None:
+    """Turn chunk ids (the sources of a stored answer) back into chunks. firstresult.
+
+    Idle work rebuilds prompts of stored answers from their sources. The default looks the ids
+    up in the knowledge bank and returns None when it does not know one of them, so a plugin
+    whose retrieval returns its own chunks implements this hook too.
+
+    :param ctx: the assistant context.
+    :param ids: chunk ids.
+    :return: the chunks in the order of ``ids``, or None to defer (no plugin: the task is skipped).
+    """
+
+
+@hookspec(firstresult=True)
 def percache_qa_lookup(
-    pc: PerCache, query: str, scope: str | None, retrieved: Sequence[str]
+    ctx: AssistantContext, query: Query, scope: str | None, retrieved: Sequence[str]
 ) -> LookupResult | None:
     """Look for a stored answer to serve instead of generating. firstresult.
 
-    The default asks the QA bank with ``pc.config.similarity_threshold`` and, unless
+    The default asks the QA bank with ``ctx.config.similarity_threshold`` and, unless
     ``consistency_min_overlap`` is None, the retrieval-consistency guard.
 
-    :param pc: the handle.
+    :param ctx: the assistant context.
     :param query: the user's question.
     :param scope: the question's scope; only entries of the same scope may answer it.
     :param retrieved: ids of the chunks retrieved for ``query``.
@@ -178,12 +213,12 @@ def percache_qa_lookup(
 
 @hookspec
 def percache_qa_store(
-    pc: PerCache, query: str, answer: str | None, scope: str | None, sources: Sequence[str],
-    origin: str,
+    ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,
+    sources: Sequence[str], origin: str,
 ) -> None:
     """A question was answered (or prefilled); remember it. Every implementation is called.
 
-    :param pc: the handle.
+    :param ctx: the assistant context.
     :param query: the question.
     :param answer: the generated answer, or None for a prefill-only predicted question.
     :param scope: the question's scope.
@@ -193,14 +228,22 @@ def percache_qa_store(
 
 
 @hookspec
-def percache_documents_added(pc: PerCache, report: AddReport) -> None:
+def percache_documents_added(ctx: AssistantContext, report: AddReport) -> None:
     """New documents were indexed. Every implementation is called.
 
     The default marks stale every QA entry whose question now retrieves a new chunk and
     queues its refresh for idle time.
 
-    :param pc: the handle.
+    :param ctx: the assistant context.
     :param report: what was added (``report.new_chunks``).
+    """
+
+
+@hookspec
+def percache_close(ctx: AssistantContext) -> None:
+    """The handle is closing: release what the plugin holds. Every implementation is called.
+
+    :param ctx: the assistant context.
     """
 
 

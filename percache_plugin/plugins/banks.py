@@ -1,4 +1,10 @@
-"""Built-in plugins of the ask() pipeline: retrieval from the knowledge bank and the QA bank."""
+"""Built-in plugins of the ask() pipeline; each owns its component.
+
+:class:`KnowledgeRetrieval` owns the knowledge bank and :class:`QABankPlugin` the QA bank. Both
+are opened on first use from the context (the files live beside the K/V store). Unregistering
+one and registering a replacement replaces the behaviour: nothing else reads these banks on the
+request path.
+"""
 
 from __future__ import annotations
 
@@ -6,58 +12,102 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..hooks.specs import hookimpl
+from ..kv.store import DB_NAME
+from ..rag.knowledge import KnowledgeBank
+from ..rag.qa_bank import QABank
 
 if TYPE_CHECKING:
-    from ..engine import PerCache
+    from ..core.query import Query
+    from ..hooks.contexts import AssistantContext
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
 
-__all__ = ["KnowledgeRetrieval", "QABankPlugin"]
+__all__ = ["KnowledgeRetrieval", "QABankPlugin", "KNOWLEDGE_PLUGIN", "QA_BANK_PLUGIN"]
+
+KNOWLEDGE_PLUGIN = "percache_plugin.plugins.banks:KnowledgeRetrieval"
+QA_BANK_PLUGIN = "percache_plugin.plugins.banks:QABankPlugin"
 
 
 class KnowledgeRetrieval:
-    """Hybrid BM25 + embedding search over the handle's knowledge bank."""
+    """Hybrid BM25 + embedding search over the knowledge bank this plugin owns."""
+
+    def __init__(self) -> None:
+        self._bank: KnowledgeBank | None = None
+
+    def bank(self, ctx: AssistantContext) -> KnowledgeBank:
+        """The knowledge bank (opened on first use)."""
+        if self._bank is None:
+            self._bank = KnowledgeBank(ctx.data_path("knowledge"), ctx.embedder,
+                                       chunk_words=ctx.config.chunk_words)
+        return self._bank
 
     @hookimpl(trylast=True)
-    def percache_retrieve(self, pc: PerCache, query: str, k: int, scope: str | None) -> list[Chunk]:
-        return pc.knowledge.retrieve(query, k, scope=scope, query_embedding=pc.query_embedding(query))
+    def percache_retrieve(self, ctx: AssistantContext, query: Query, k: int,
+                          scope: str | None) -> list[Chunk]:
+        bank = self.bank(ctx)
+        if len(bank) == 0:
+            return []
+        return bank.retrieve(query.text, k, scope=scope, query_embedding=query.embedding)
+
+    @hookimpl(trylast=True)
+    def percache_resolve_chunks(self, ctx: AssistantContext, ids: Sequence[str]) -> list[Chunk] | None:
+        bank = self.bank(ctx)
+        if not all(i in bank.index for i in ids):
+            return None
+        return [bank.chunk(i) for i in ids]
 
 
 class QABankPlugin:
-    """Serve, store and refresh answers through the handle's QA bank."""
+    """Serve, store and refresh answers through the QA bank this plugin owns."""
+
+    def __init__(self) -> None:
+        self._bank: QABank | None = None
+
+    def bank(self, ctx: AssistantContext) -> QABank:
+        """The QA bank (opened on first use, in the K/V store's SQLite file)."""
+        if self._bank is None:
+            root = ctx.engine.store.path
+            self._bank = QABank(None if root is None else root / DB_NAME, ctx.embedder,
+                                byte_limit=ctx.config.qa_byte_limit)
+        return self._bank
 
     @hookimpl(trylast=True)
-    def percache_qa_lookup(self, pc: PerCache, query: str, scope: str | None,
+    def percache_qa_lookup(self, ctx: AssistantContext, query: Query, scope: str | None,
                            retrieved: Sequence[str]) -> LookupResult | None:
-        if not pc.config.use_qa_bank:
+        if not ctx.config.use_qa_bank:
             return None
-        overlap = pc.config.consistency_min_overlap
-        return pc.qa_bank.lookup(
-            query, tau=pc.config.similarity_threshold, scope=scope,
+        overlap = ctx.config.consistency_min_overlap
+        return self.bank(ctx).lookup(
+            query.text, tau=ctx.config.similarity_threshold, scope=scope,
             retrieved=None if overlap is None else list(retrieved),
             min_overlap=overlap if overlap is not None else 0.0,
-            embedding=pc.query_embedding(query),
+            embedding=query.embedding,
         )
 
     @hookimpl(trylast=True)
-    def percache_qa_store(self, pc: PerCache, query: str, answer: str | None, scope: str | None,
-                          sources: Sequence[str], origin: str) -> None:
-        if pc.config.use_qa_bank:
-            pc.qa_bank.add(query, answer, scope=scope, sources=list(sources), origin=origin,
-                           embedding=pc.query_embedding(query))  # type: ignore[arg-type]
+    def percache_qa_store(self, ctx: AssistantContext, query: Query, answer: str | None,
+                          scope: str | None, sources: Sequence[str], origin: str) -> None:
+        if ctx.config.use_qa_bank:
+            self.bank(ctx).add(query.text, answer, scope=scope, sources=list(sources),
+                               origin=origin, embedding=query.embedding)  # type: ignore[arg-type]
 
     @hookimpl(trylast=True)
-    def percache_documents_added(self, pc: PerCache, report: AddReport) -> None:
-        if not pc.config.use_qa_bank or not report.new_chunks:
+    def percache_documents_added(self, ctx: AssistantContext, report: AddReport) -> None:
+        if not ctx.config.use_qa_bank or not report.new_chunks:
             return
-        k = pc.config.top_k
+        k = ctx.config.top_k
+        bank = self.bank(ctx)
 
         def retrieve(question: str, scope: str | None) -> list[str]:
-            return [c.id for c in pc.hooks.retrieve(pc, question, k, scope)]
+            return [c.id for c in ctx.hooks.retrieve(ctx, ctx.query(question), k, scope)]
 
-        stale = pc.qa_bank.mark_stale_for([c.id for c in report.new_chunks], retrieve)
-        for entry_id in stale:
-            entry = pc.qa_bank.get(entry_id)
+        for entry_id in bank.mark_stale_for([c.id for c in report.new_chunks], retrieve):
+            entry = bank.get(entry_id)
             if entry is not None:
-                pc.idle_queue.push("refresh", entry.question, entry.scope)
+                ctx.idle_queue.push("refresh", entry.question, entry.scope)
+
+    @hookimpl(trylast=True)
+    def percache_close(self, ctx: AssistantContext) -> None:
+        if self._bank is not None:
+            self._bank.close()

@@ -14,10 +14,10 @@ from ..kv.planner import ReusePlan, longest_cached_prefix, plan_shifted
 from ..kv.recompute import RecomputeContext, parse_strategy
 
 if TYPE_CHECKING:
-    from ..engine import PerCache
+    from ..hooks.contexts import EngineContext
     from ..kv.store import ChunkKV
     from ..segments import Prompt, PromptPiece
-    from ..stats import Generation
+    from ..stats import Generation, GenerationStats
 
 __all__ = ["DefaultAttention", "ExactPrefixPlanner", "ConfiguredRecompute", "StoreBackedKV", "RequestLog"]
 
@@ -38,7 +38,7 @@ class DefaultAttention:
     @hookimpl(trylast=True)
     def percache_attention(
         self,
-        pc: PerCache,
+        ctx: EngineContext,
         module: torch.nn.Module,
         query: torch.Tensor,
         key: torch.Tensor,
@@ -46,7 +46,7 @@ class DefaultAttention:
         attention_mask: torch.Tensor | None,
         kwargs: dict[str, Any],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        fn = sdpa_attention_forward if pc.capabilities.attention_backend == "sdpa" else _eager_forward(module)
+        fn = sdpa_attention_forward if ctx.capabilities.attention_backend == "sdpa" else _eager_forward(module)
         return fn(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -55,50 +55,52 @@ class ExactPrefixPlanner:
     supports it, also every later chunk the store holds at another position."""
 
     @hookimpl(trylast=True)
-    def percache_plan_reuse(self, pc: PerCache, prompt: Prompt) -> ReusePlan:
-        if not pc.config.use_kv:
+    def percache_plan_reuse(self, ctx: EngineContext, prompt: Prompt) -> ReusePlan:
+        if not ctx.config.use_kv:
             return ReusePlan(note="use_kv is off")
-        plan = longest_cached_prefix(prompt, pc.store)
-        if pc.config.reuse == "shifted" and pc.capabilities.shifted_reuse:
-            plan = plan_shifted(prompt, pc.store, plan)
+        plan = longest_cached_prefix(prompt, ctx.store)
+        if ctx.config.reuse == "shifted" and ctx.capabilities.shifted_reuse:
+            plan = plan_shifted(prompt, ctx.store, plan)
         return plan
 
 
 class ConfiguredRecompute:
-    """The recompute strategy named by ``pc.config.recompute``."""
+    """The recompute strategy named by ``ctx.config.recompute``."""
 
     @hookimpl(trylast=True)
     def percache_select_recompute(
-        self, pc: PerCache, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
+        self, ctx: EngineContext, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
     ) -> list[int]:
-        return parse_strategy(pc.config.recompute)(context)
+        return parse_strategy(ctx.config.recompute)(context)
 
 
 class StoreBackedKV:
-    """Load and store chunk K/V through the handle's store."""
+    """Load and store chunk K/V through the K/V store of the context."""
 
     @hookimpl(trylast=True)
-    def percache_load_chunk(self, pc: PerCache, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
-        return pc.store.get(key, token_ids=token_ids)
+    def percache_load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+        return ctx.store.get(key, token_ids=token_ids)
 
     @hookimpl(trylast=True)
     def percache_store_chunk(
-        self, pc: PerCache, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV,
+        self, ctx: EngineContext, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV,
         exact: bool,
-    ) -> None:
-        if not pc.config.use_kv:
-            return
+    ) -> bool:
+        if not ctx.config.use_kv:
+            return True
         extra = {"exact": "1" if exact else "0"}
         if piece.segment.id is not None:  # the knowledge-bank chunk: lets its K/V be removed with it
             extra["chunk"] = piece.segment.id
-        pc.store.put(key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids,
-                     extra=extra)
+        ctx.store.put(key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids,
+                      extra=extra)
+        return True
 
 
 class RequestLog:
     """One debug line per request (``Config(debug_log=True)``): what was reused."""
 
     @hookimpl
-    def percache_request_end(self, pc: PerCache, prompt: Prompt, generation: Generation) -> None:
-        if pc.config.debug_log:
-            log.info("percache request: %s", generation.stats.summary())
+    def percache_request_end(self, ctx: EngineContext, prompt: Prompt, stats: GenerationStats,
+                             generation: Generation | None) -> None:
+        if ctx.config.debug_log:
+            log.info("percache request: %s", stats.summary())

@@ -24,7 +24,7 @@ class AllButOne:
         self.leave = leave
 
     @percache.hookimpl
-    def percache_select_recompute(self, pc: Any, prompt: Any, plan: Any, context: Any) -> list[int]:
+    def percache_select_recompute(self, ctx: Any, prompt: Any, plan: Any, context: Any) -> list[int]:
         cand = context.candidates.tolist()
         return cand[: self.leave] + cand[self.leave + 1:]
 
@@ -87,7 +87,7 @@ def test_strategy_outside_candidates_falls_back() -> None:
 
     class Bad:
         @percache.hookimpl
-        def percache_select_recompute(self, pc: Any, prompt: Any, plan: Any, context: Any) -> list[int]:
+        def percache_select_recompute(self, ctx: Any, prompt: Any, plan: Any, context: Any) -> list[int]:
             return [0]  # the system prompt is exact, not a candidate
 
     pc.plugins.register(Bad())

@@ -50,11 +50,11 @@ class FlipStoredTensor:
         self.flipped: list[Path] = []
 
     @percache.hookimpl(wrapper=True)
-    def percache_store_chunk(self, pc: Any, key: str, piece: Any, parent: Any, kv: Any,
+    def percache_store_chunk(self, ctx: Any, key: str, piece: Any, parent: Any, kv: Any,
                              exact: bool) -> Any:
         result = yield
-        if pc.store.path is not None:
-            for path in Path(pc.store.path, "kv").rglob(f"{key}.safetensors"):
+        if ctx.store.path is not None:
+            for path in Path(ctx.store.path, "kv").rglob(f"{key}.safetensors"):
                 flip_first_key(path)
                 self.flipped.append(path)
         return result

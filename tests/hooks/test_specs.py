@@ -65,9 +65,11 @@ def test_every_hook_is_exercised() -> None:
     pc.generate(SEGMENTS, max_new_tokens=2)  # miss: store
     pc.generate(SEGMENTS, max_new_tokens=2)  # hit: plan + load
     pc.generate([SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[-1]], max_new_tokens=2)  # shifted
-    pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."])  # documents_added
+    report = pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."])  # documents_added
     pc.ask("When is the rehearsal?", max_new_tokens=2)  # retrieve, qa_lookup (miss), qa_store
+    assert pc.hooks.resolve_chunks(pc.assistant.ctx, [c.id for c in report.new_chunks])
     pc.hooks.model_profile(model)
+    pc.close()  # close
     pc.plugins.unregister(rec)
     assert rec.seen == set(specs.HOOK_NAMES)
 
@@ -82,7 +84,7 @@ def test_default_plugins_are_registered_and_replaceable() -> None:
 
     class NoReuse:
         @percache.hookimpl
-        def percache_plan_reuse(self, pc: Any, prompt: Any) -> percache.ReusePlan:
+        def percache_plan_reuse(self, ctx: Any, prompt: Any) -> percache.ReusePlan:
             return percache.ReusePlan(note="never reuse")
 
     pc.generate(SEGMENTS, max_new_tokens=2)

@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from .idle import IdleReport
-
-if TYPE_CHECKING:
-    from .engine import PerCache
+from ..core.preemption import Preemption
+from ..idle import IdleReport
 
 __all__ = ["IdleWorker"]
 
 
 class IdleWorker:
-    """Runs ``pc``'s idle queue one task at a time while no foreground request is waiting.
+    """Runs idle work one task at a time (``step``) while no foreground request is waiting.
 
-    A foreground call (ask, generate, prefill, add_documents) raises the handle's preempt flag;
+    A foreground call (ask, generate, prefill, add_documents) raises the shared preempt flag;
     a background decode checks it after every token and stops, the task stays queued, and the
     worker resumes it once the foreground is done. Errors in a task are counted and logged,
     and the task is dropped from the queue after ``max_failures`` attempts.
     """
 
-    def __init__(self, pc: PerCache, *, poll_s: float = 0.2) -> None:
-        self._pc = pc
+    def __init__(self, step: Callable[[], IdleReport], has_work: Callable[[], bool],
+                 preemption: Preemption, *, poll_s: float = 0.2) -> None:
+        self._step = step
+        self._has_work = has_work
+        self._preemption = preemption
         self._poll_s = poll_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="percache-idle", daemon=True)
@@ -40,26 +41,29 @@ class IdleWorker:
 
     def start(self) -> None:
         self._thread.start()
+        self._preemption.background = self._thread.ident
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Ask the worker to stop after the current decode step, and wait for it."""
         self._stop.set()
-        self._pc._preempt.set()  # interrupt a running decode now
+        self._preemption.flag.set()  # interrupt a running decode now
         self._thread.join(timeout)
-        if not self._pc._foreground_waiting():
-            self._pc._preempt.clear()
+        if self._preemption.background == self._thread.ident:
+            self._preemption.background = None
+        if not self._preemption.waiting():
+            self._preemption.flag.clear()
 
     def _loop(self) -> None:
-        pc = self._pc
+        self._preemption.background = threading.get_ident()
         while not self._stop.is_set():
-            if pc._preempt.is_set():
+            if self._preemption.flag.is_set():
                 self._stop.wait(0.005)
                 continue
-            if pc.idle_queue.peek() is None:
+            if not self._has_work():
                 self._stop.wait(self._poll_s)
                 continue
             try:
-                r = pc._background_step()
+                r = self._step()
             except Exception as exc:  # noqa: BLE001 - a failing task must not kill the worker
                 self.errors.append(repr(exc))
                 continue

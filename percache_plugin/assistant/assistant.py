@@ -1,0 +1,176 @@
+"""The personal assistant over an engine: knowledge bank, QA bank, ask(), idle work, the worker.
+
+The banks belong to the built-in plugins that serve their hooks
+(:mod:`percache_plugin.plugins.banks`); the assistant reaches them through the hooks, and
+exposes them for listing and correcting only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.query import Query
+from ..engine import Engine
+from ..hooks.contexts import AssistantContext
+from ..idle import IdleQueue, IdleReport
+from ..kv.store import DB_NAME
+from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
+from ..predict.state import PredictionState
+from ..rag.embeddings import Embedder, load_embedder
+from ..rag.knowledge import AddReport, KnowledgeBank
+from ..rag.qa_bank import QABank
+from .ask import Answer, ask
+from .scheduler import BackgroundStats, after_documents, after_question, queue_conversions, run_idle
+from .worker import IdleWorker
+
+__all__ = ["Assistant"]
+
+
+class Assistant:
+    """ask(), documents and idle work on top of ``engine``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.background_stats = BackgroundStats()
+        self._embedder: Embedder | None = None
+        self._idle_queue: IdleQueue | None = None
+        self._prediction_state: PredictionState | None = None
+        self._worker: IdleWorker | None = None
+        self.ctx = AssistantContext(engine.ctx, lambda: self.embedder, lambda: self.idle_queue)
+
+    @property
+    def config(self) -> Any:
+        return self.engine.config
+
+    @property
+    def hooks(self) -> Any:
+        return self.engine.hooks
+
+    @property
+    def embedder(self) -> Embedder:
+        """The banks' embedder (loaded on first use)."""
+        if self._embedder is None:
+            self._embedder = load_embedder(self.config.embedder)
+        return self._embedder
+
+    def query(self, text: str) -> Query:
+        """A question that embeds itself once, with the banks' embedder."""
+        return self.ctx.query(text)
+
+    def _builtin(self, name: str) -> Any:
+        return self.engine.plugins.get_plugin(name)
+
+    @property
+    def knowledge(self) -> KnowledgeBank:
+        """The knowledge bank of the built-in retrieval plugin."""
+        plugin = self._builtin(KNOWLEDGE_PLUGIN)
+        if not isinstance(plugin, KnowledgeRetrieval):
+            raise LookupError(f"the built-in knowledge bank is not registered ({KNOWLEDGE_PLUGIN})")
+        return plugin.bank(self.ctx)
+
+    def builtin_qa_bank(self) -> QABank | None:
+        """The built-in QA bank, or None when its plugin was unregistered."""
+        plugin = self._builtin(QA_BANK_PLUGIN)
+        return plugin.bank(self.ctx) if isinstance(plugin, QABankPlugin) else None
+
+    @property
+    def qa_bank(self) -> QABank:
+        """Answered questions of the built-in QA-bank plugin: list, correct and delete here."""
+        bank = self.builtin_qa_bank()
+        if bank is None:
+            raise LookupError(f"the built-in QA bank is not registered ({QA_BANK_PLUGIN})")
+        return bank
+
+    def _db_path(self) -> Any:
+        return None if self.engine.store.path is None else self.engine.store.path / DB_NAME
+
+    @property
+    def idle_queue(self) -> IdleQueue:
+        """Work deferred to idle time (persistent with an on-disk store)."""
+        if self._idle_queue is None:
+            self._idle_queue = IdleQueue(self._db_path())
+        return self._idle_queue
+
+    @property
+    def prediction_state(self) -> PredictionState:
+        """Per-scope abstract, chunks waiting for it, and recent questions."""
+        if self._prediction_state is None:
+            self._prediction_state = PredictionState(self._db_path())
+        return self._prediction_state
+
+    def _foreground(self) -> Any:
+        return self.engine.preemption.foreground(self.engine.lock)
+
+    def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:
+        """Add documents to the knowledge bank; stale answers are queued for refresh."""
+        with self._foreground():
+            report = self.knowledge.add_documents(docs, scope=scope)
+            self.hooks.documents_added(self.ctx, report)
+            by_scope: dict[str | None, list[str]] = {}
+            for c in report.new_chunks:
+                by_scope.setdefault(c.scope, []).append(c.id)
+            for chunk_scope, ids in by_scope.items():
+                after_documents(self, chunk_scope, ids)
+            return report
+
+    def ask(self, query: str, *, scope: str | None = None, **generate_kwargs: Any) -> Answer:
+        """Answer from the QA bank if a stored question matches, else retrieve and generate."""
+        q = self.query(query)  # validates before taking the lock
+        with self._foreground():
+            answer = ask(self, q, scope, **generate_kwargs)
+            after_question(self, query, scope)
+            return answer
+
+    def idle(self, budget_s: float | None = None, max_tasks: int | None = None) -> IdleReport:
+        """Run deferred work now, in this thread (see :meth:`PerCache.idle`)."""
+        with self.engine.lock:
+            return run_idle(self, budget_s, max_tasks)
+
+    def predict(self, kind: str = "knowledge", *, scope: str | None = None, rounds: int = 1) -> int:
+        """Queue predictions now: ``"knowledge"`` or ``"history"``; returns how many were queued."""
+        if kind not in ("knowledge", "history"):
+            raise ValueError(f"kind must be 'knowledge' or 'history', got {kind!r}")
+        return sum(self.idle_queue.push(f"predict_{kind}", f"manual round {r + 1}", scope)  # type: ignore[arg-type]
+                   for r in range(rounds))
+
+    def configure(self, old: Any, changed: set[str]) -> None:
+        """React to new settings: the QA byte limit, and conversions between K/V and QA."""
+        bank = self.builtin_qa_bank() if "qa_byte_limit" in changed else None
+        if bank is not None:
+            bank.set_byte_limit(self.config.qa_byte_limit)
+        if {"similarity_threshold", "population_cutoff", "kv_byte_limit"} & changed:
+            queue_conversions(self, old, self.config)
+
+    # -- background work --------------------------------------------------------------------
+    def start_idle_worker(self, *, poll_s: float = 0.2) -> IdleWorker:
+        """Run idle work in a background thread; foreground calls preempt it."""
+        with self.engine.lock:
+            if self._worker is not None and self._worker.running:
+                return self._worker
+            self._worker = IdleWorker(self._background_step, lambda: self.idle_queue.peek() is not None,
+                                      self.engine.preemption, poll_s=poll_s)
+            self._worker.start()
+            return self._worker
+
+    def stop_idle_worker(self) -> IdleReport | None:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return None
+        worker.stop()
+        return worker.report
+
+    def _background_step(self) -> IdleReport:
+        """One task, if no foreground call waits (called by the worker thread)."""
+        with self.engine.lock:
+            if self.engine.preemption.flag.is_set():
+                return IdleReport()
+            return run_idle(self, max_tasks=1)
+
+    def close(self) -> None:
+        """Stop the worker and release the plugins' and the assistant's files."""
+        self.stop_idle_worker()
+        with self.engine.lock:
+            self.hooks.close(self.ctx)
+            for part in (self._idle_queue, self._prediction_state):
+                if part is not None:
+                    part.close()

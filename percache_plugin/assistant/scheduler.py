@@ -1,0 +1,262 @@
+"""Idle-time work: what each task does, how the scheduler trades compute for storage, and
+what it cost (PerCache 4.3)."""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..core.preemption import Preempted
+from ..idle import IdleReport, IdleTask
+from ..predict.parse import parse_questions
+from ..predict.templates import load_template
+from ..segments import Segment
+from ..stats import GenerationStats
+from .ask import generate_answer, segments_for
+
+if TYPE_CHECKING:
+    from .assistant import Assistant
+
+__all__ = ["BackgroundStats", "TaskCost", "Preempted", "run_idle", "population_mode", "round_seed",
+           "queue_conversions", "after_documents", "after_question"]
+
+_ABSTRACT_SYSTEM = "You summarize the user's notes."
+_PREDICT_SYSTEM = "You help a personal assistant anticipate the user's questions."
+
+
+@dataclass
+class TaskCost:
+    """Background compute of one task kind: tasks run, prompt tokens computed, tokens decoded,
+    and FLOPs estimated as ``2 * parameters * tokens``."""
+
+    tasks: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    flops: float = 0.0
+
+
+@dataclass
+class BackgroundStats:
+    """Background compute per task kind, summed over the handle's lifetime."""
+
+    by_kind: dict[str, TaskCost] = field(default_factory=dict)
+
+    @property
+    def total(self) -> TaskCost:
+        t = TaskCost()
+        for c in self.by_kind.values():
+            t.tasks += c.tasks
+            t.prefill_tokens += c.prefill_tokens
+            t.decode_tokens += c.decode_tokens
+            t.flops += c.flops
+        return t
+
+
+def population_mode(a: Assistant) -> str:
+    """``"prefill"`` when tau is above the cutoff (QA hits will be rare: store only chunk K/V and
+    an answerless entry), else ``"full"`` (decode the answer too)."""
+    return "prefill" if a.config.similarity_threshold > a.config.population_cutoff else "full"
+
+
+# -- triggers ----------------------------------------------------------------------------------
+def after_documents(a: Assistant, scope: str | None, chunk_ids: list[str]) -> None:
+    """New chunks: summarize them, then predict questions, after the quiet period."""
+    if a.config.predict in ("knowledge", "both") and chunk_ids:
+        a.prediction_state.add_pending(scope, chunk_ids)
+        quiet = a.config.prediction_quiet_s
+        a.idle_queue.push("abstract", "", scope, delay_s=quiet)
+        for r in range(a.config.knowledge_rounds):
+            a.idle_queue.push("predict_knowledge", f"round {r + 1}", scope, delay_s=quiet)
+
+
+def after_question(a: Assistant, query: str, scope: str | None) -> None:
+    if a.config.predict == "off":
+        return
+    a.prediction_state.remember(scope, query)
+    if a.config.predict in ("history", "both"):
+        a.idle_queue.push("predict_history", "", scope, delay_s=a.config.prediction_quiet_s)
+
+
+def queue_conversions(a: Assistant, old: Any, new: Any) -> int:
+    """After ``a.configure``: K/V -> QA when tau drops to the cutoff or below (decode answerless
+    entries); QA -> K/V when the K/V byte limit grows (re-prefill evicted chunks)."""
+    queued = 0
+    bank = a.builtin_qa_bank()
+    if not a.config.use_qa_bank or bank is None:
+        return 0
+    if population_mode(a) == "full":
+        for e in bank.entries():
+            if e.answer is None:
+                queued += a.idle_queue.push("decode", e.question, e.scope)
+    grew = new.kv_byte_limit is None or (old.kv_byte_limit is not None and new.kv_byte_limit > old.kv_byte_limit)
+    if grew and a.config.use_kv:
+        for e in bank.entries():
+            chunks = a.hooks.resolve_chunks(a.ctx, e.sources) if e.sources else None
+            if chunks and not a.engine.kv_cached(segments_for(a.config.system_prompt, e.question, chunks)):
+                queued += a.idle_queue.push("reprefill", e.question, e.scope)
+    return queued
+
+
+# -- task runners ------------------------------------------------------------------------------
+def _account(a: Assistant, report: IdleReport, kind: str, stats: GenerationStats | None) -> None:
+    if stats is None:
+        return
+    cost = a.background_stats.by_kind.setdefault(kind, TaskCost())
+    flops = 2.0 * a.engine.n_parameters * (stats.tokens_computed + stats.new_tokens)
+    cost.prefill_tokens += stats.tokens_computed
+    cost.decode_tokens += stats.new_tokens
+    cost.flops += flops
+    report.prefill_tokens += stats.tokens_computed
+    report.decode_tokens += stats.new_tokens
+    report.flops += flops
+
+
+def _abstract(a: Assistant, task: IdleTask, report: IdleReport) -> None:
+    state = a.prediction_state
+    pending = state.pending(task.scope)
+    if not pending:
+        return
+    n = min(len(pending), a.config.abstract_max_chunks)
+    picked = [pending[int(i)] for i in np.linspace(0, len(pending) - 1, n).round().astype(int)]
+    picked = list(dict.fromkeys(picked))
+    instruction = load_template("abstract", a.config.prompt_dir)
+    notes = [state.abstract(task.scope)] if state.abstract(task.scope) else []
+    step = a.config.abstract_batch_chunks
+    for i in range(0, len(picked), step):
+        chunks = a.hooks.resolve_chunks(a.ctx, picked[i:i + step])
+        if chunks is None:
+            continue  # no plugin knows these chunks any more
+        segs = [Segment(_ABSTRACT_SYSTEM, "system"), *(Segment(c.text, "chunk", id=c.id) for c in chunks),
+                Segment(instruction, "query")]
+        gen = a.engine.generate(segs, max_new_tokens=a.config.background_max_new_tokens, do_sample=False)
+        _account(a, report, "abstract", gen.stats)
+        notes.append(gen.text.strip())
+    words = " ".join(notes).split()
+    state.set_abstract(task.scope, " ".join(words[-a.config.abstract_max_words:]))
+    state.clear_pending(task.scope, pending)
+
+
+def round_seed(task: IdleTask, source: str) -> int:
+    """The sampling seed of a prediction round: stable across processes (Python's own str hash
+    is randomized per process, so it would make predictions unrepeatable)."""
+    key = json.dumps([task.kind, task.question, task.scope, source])
+    return zlib.crc32(key.encode("utf-8"))
+
+
+def _predict(a: Assistant, task: IdleTask, report: IdleReport) -> None:
+    n = a.config.prediction_stride
+    if task.kind == "predict_knowledge":
+        source = a.prediction_state.abstract(task.scope)
+        prompt = load_template("knowledge_questions", a.config.prompt_dir).format(abstract=source, n=n)
+    else:
+        recent = a.prediction_state.history(task.scope)[-5:]
+        source = "\n".join(recent)
+        prompt = load_template("history_questions", a.config.prompt_dir).format(history=source, n=n)
+    if not source:
+        return
+    # Each round samples differently (seeded, so runs repeat); greedy would repeat itself.
+    seed = round_seed(task, source)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        gen = a.engine.generate([Segment(_PREDICT_SYSTEM, "system"), Segment(prompt, "query")],
+                                max_new_tokens=a.config.background_max_new_tokens * 2,
+                                do_sample=True, temperature=0.8, top_p=0.95)
+    _account(a, report, task.kind, gen.stats)
+    kept: list[str] = []
+    vectors: list[np.ndarray] = []
+    bank = a.builtin_qa_bank()
+    for q in parse_questions(gen.text, limit=n):
+        query = a.query(q)
+        vec = query.embedding
+        if any(float(vec @ v) >= a.config.similarity_threshold for v in vectors):
+            continue  # a near-duplicate of another prediction
+        if a.config.use_qa_bank and bank is not None:
+            best = bank.lookup(q, tau=a.config.similarity_threshold, scope=task.scope,
+                               embedding=vec).best
+            if (best is not None and best.similarity >= a.config.similarity_threshold
+                    and best.guards.get("terms", True)):
+                continue  # the bank already holds it (a person or date swap is a new question)
+        kept.append(q)
+        vectors.append(vec)
+        a.idle_queue.push("populate", q, task.scope)
+    report.predicted.extend(kept)
+
+
+def _populate(a: Assistant, task: IdleTask, report: IdleReport) -> None:
+    full = population_mode(a) == "full" or not a.config.use_kv
+    query = a.query(task.question)
+    if full and a.config.use_qa_bank:
+        ans = generate_answer(a, query, task.scope, origin="predicted",
+                              max_new_tokens=a.config.background_max_new_tokens)
+        _account(a, report, "populate", ans.stats)
+        return
+    chunks = a.hooks.retrieve(a.ctx, query, a.config.top_k, task.scope)
+    pre = a.engine.prefill(segments_for(a.config.system_prompt, task.question, chunks))
+    _account(a, report, "populate", pre.stats)
+    a.hooks.qa_store(a.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
+
+
+def _decode(a: Assistant, task: IdleTask, report: IdleReport) -> None:
+    ans = generate_answer(a, a.query(task.question), task.scope, origin="predicted",
+                          max_new_tokens=a.config.background_max_new_tokens)
+    _account(a, report, task.kind, ans.stats)
+
+
+def _reprefill(a: Assistant, task: IdleTask, report: IdleReport) -> None:
+    bank = a.builtin_qa_bank()
+    entries = [] if bank is None else [e for e in bank.entries(scope=task.scope)
+                                       if e.question == task.question]
+    chunks = a.hooks.resolve_chunks(a.ctx, entries[0].sources) if entries and entries[0].sources else None
+    if chunks:
+        pre = a.engine.prefill(segments_for(a.config.system_prompt, task.question, chunks))
+        _account(a, report, task.kind, pre.stats)
+
+
+def _answer(a: Assistant, task: IdleTask, report: IdleReport) -> None:
+    ans = generate_answer(a, a.query(task.question), task.scope,
+                          max_new_tokens=a.config.background_max_new_tokens)
+    _account(a, report, task.kind, ans.stats)
+
+
+_RUNNERS = {
+    "answer": _answer, "refresh": _answer, "abstract": _abstract,
+    "predict_knowledge": _predict, "predict_history": _predict,
+    "populate": _populate, "decode": _decode, "reprefill": _reprefill,
+}
+
+
+def run_task(a: Assistant, task: IdleTask, report: IdleReport) -> None:
+    """Run one task; it leaves the queue only if it finished (not on error or preemption)."""
+    _RUNNERS[task.kind](a, task, report)
+    a.idle_queue.done(task)
+    cost = a.background_stats.by_kind.setdefault(task.kind, TaskCost())
+    cost.tasks += 1
+    report.tasks_run += 1
+    report.by_kind[task.kind] = report.by_kind.get(task.kind, 0) + 1
+
+
+def run_idle(a: Assistant, budget_s: float | None = None, max_tasks: int | None = None) -> IdleReport:
+    """Run runnable tasks, oldest first, until none is left, ``max_tasks`` ran or ``budget_s``
+    is spent (checked between tasks)."""
+    t0 = time.perf_counter()
+    report = IdleReport()
+    while max_tasks is None or report.tasks_run < max_tasks:
+        if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+            break
+        task = a.idle_queue.peek()
+        if task is None:
+            break
+        try:
+            run_task(a, task, report)
+        except Preempted:
+            report.preempted += 1
+            break
+    report.seconds = time.perf_counter() - t0
+    report.remaining = len(a.idle_queue)
+    return report

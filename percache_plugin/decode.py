@@ -1,0 +1,96 @@
+"""Running ``model.generate`` over a prepared cache: first-token clock, preemption, limits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import torch
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
+
+from .segments import Prompt
+from .stats import Generation, GenerationStats
+
+__all__ = ["context_limit", "dtype_device", "run_generate"]
+
+
+class _PreemptCheck(StoppingCriteria):
+    """Stops a background generation after the current token when a foreground call waits."""
+
+    def __init__(self, flag: threading.Event) -> None:
+        self.flag = flag
+        self.fired = False
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        self.fired = self.fired or self.flag.is_set()
+        return torch.full((input_ids.shape[0],), self.fired, dtype=torch.bool,  # type: ignore[return-value]
+                          device=input_ids.device)
+
+
+class _FirstTokenClock(LogitsProcessor):
+    """Records when the first next-token distribution is ready (time to first token)."""
+
+    def __init__(self) -> None:
+        self.t: float | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.t is None:
+            self.t = time.perf_counter()
+        return scores
+
+
+def context_limit(model: Any) -> int | None:
+    """The model's context length in tokens, where its config names one."""
+    cfg = model.config.get_text_config(decoder=True)
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(cfg, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def dtype_device(model: Any) -> tuple[torch.dtype, torch.device]:
+    """The dtype and device of the model's parameters."""
+    p = next(model.parameters())
+    return p.dtype, p.device
+
+
+def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served: int,
+                 stats: GenerationStats, kwargs: dict[str, Any], t0: float,
+                 preempt: threading.Event | None) -> Generation:
+    """Generate from ``prompt`` over ``cache`` (which serves its first ``served`` positions);
+    with ``preempt``, stop after the token during which it was set (``stats.fallback``)."""
+    device = dtype_device(model)[1]
+    stats.tokens_computed = prompt.n_tokens - served
+    ids = torch.tensor([prompt.input_ids], device=device)
+    clock = _FirstTokenClock()
+    processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
+    processors.append(clock)
+    criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
+    check = _PreemptCheck(preempt) if preempt is not None else None
+    if check is not None:
+        criteria.append(check)
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = tokenizer.eos_token_id
+    with torch.inference_mode():
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+            logits_processor=processors, stopping_criteria=criteria, return_dict_in_generate=True,
+            output_logits=True, pad_token_id=pad, **kwargs,
+        )
+    new = out.sequences[0, prompt.n_tokens:].tolist()
+    stats.new_tokens = len(new)
+    if check is not None and check.fired:
+        stats.fallback = "preempted"
+    stats.ttft_s = (clock.t or time.perf_counter()) - t0
+    stats.total_s = time.perf_counter() - t0
+    text = tokenizer.decode(new, skip_special_tokens=True)
+    first = out.logits[0][0].detach().float().cpu() if out.logits else None
+    return Generation(text, new, prompt.input_ids, stats, first)

@@ -1,0 +1,225 @@
+"""The PerCache handle: an :class:`~percache_plugin.engine.Engine` composed with an
+:class:`~percache_plugin.assistant.Assistant`, and :func:`enable`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from .assistant import Answer, Assistant
+from .assistant.worker import IdleWorker
+from .attention.rope import RopeShifter
+from .config import Config
+from .core.capabilities import Capabilities
+from .engine import Engine, Prefilled
+from .hooks.manager import Hooks
+from .idle import IdleQueue, IdleReport
+from .kv.store import KVStore
+from .predict.state import PredictionState
+from .rag.embeddings import Embedder
+from .rag.knowledge import AddReport, KnowledgeBank
+from .rag.qa_bank import QABank
+from .segments import Prompt, Segment
+from .stats import Generation, StatsTotals
+
+__all__ = ["PerCache", "enable"]
+
+
+class PerCache:
+    """A handle on one enabled model. Create it with :func:`enable`.
+
+    :ivar engine: K/V reuse (generate, prefill, the store, the attention switch).
+    :ivar assistant: ask(), the banks and idle work.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, store: str | Path | None, config: Config,
+                 plugins: Sequence[object] = ()) -> None:
+        self.engine = Engine(model, tokenizer, store, config, plugins)
+        self.assistant = Assistant(self.engine)
+
+    # -- what the handle is made of -------------------------------------------------------
+    @property
+    def model(self) -> Any:
+        return self.engine.model
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    @property
+    def config(self) -> Config:
+        """The current settings (change them with :meth:`configure`)."""
+        return self.engine.config
+
+    @property
+    def store(self) -> KVStore:
+        return self.engine.store
+
+    @property
+    def plugins(self) -> pluggy.PluginManager:
+        return self.engine.plugins
+
+    @property
+    def hooks(self) -> Hooks:
+        return self.engine.hooks
+
+    @property
+    def fingerprint(self) -> str:
+        return self.engine.fingerprint
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.engine.capabilities
+
+    @property
+    def shifter(self) -> RopeShifter | None:
+        return self.engine.shifter
+
+    @property
+    def n_parameters(self) -> int:
+        return self.engine.n_parameters
+
+    @property
+    def enabled(self) -> bool:
+        return self.engine.enabled
+
+    @property
+    def embedder(self) -> Embedder:
+        """The banks' embedder (loaded on first use)."""
+        return self.assistant.embedder
+
+    @property
+    def knowledge(self) -> KnowledgeBank:
+        """The knowledge bank: chunks of the documents added, with their hybrid index."""
+        return self.assistant.knowledge
+
+    @property
+    def qa_bank(self) -> QABank:
+        """Answered questions: list, correct and delete entries here."""
+        return self.assistant.qa_bank
+
+    @property
+    def idle_queue(self) -> IdleQueue:
+        """Work deferred to :meth:`idle` (persistent with an on-disk store)."""
+        return self.assistant.idle_queue
+
+    @property
+    def prediction_state(self) -> PredictionState:
+        """Per-scope abstract, chunks waiting for it, and recent questions."""
+        return self.assistant.prediction_state
+
+    @property
+    def background_stats(self) -> Any:
+        """Background compute per idle task kind."""
+        return self.assistant.background_stats
+
+    # -- requests -------------------------------------------------------------------------
+    def prompt(self, segments: Sequence[str | Segment]) -> Prompt:
+        """Tokenize segments the way :meth:`generate` does (each on its own)."""
+        return self.engine.prompt(segments)
+
+    def generate(self, segments: Sequence[str | Segment], **generate_kwargs: Any) -> Generation:
+        """Generate from ``[system, chunk, ..., query]`` reusing stored chunk K/V.
+
+        Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64).
+        """
+        return self.engine.generate(segments, **generate_kwargs)
+
+    def prefill(self, segments: Sequence[str | Segment]) -> Prefilled:
+        """Run only the reuse path: a cache holding every prompt position but the last
+        (see :meth:`Engine.prefill`). What was computed is stored."""
+        return self.engine.prefill(segments)
+
+    def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
+        """Whether every reusable piece of this prompt is in the store as an exact prefix."""
+        return self.engine.kv_cached(segments)
+
+    def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:
+        """Add documents (strings, UTF-8 bytes, mappings with ``text``/``id``/``scope``/``metadata``,
+        or :class:`Document`) to the knowledge bank; duplicates are stored once. Stored answers
+        that the new chunks would change are marked stale and queued for refresh."""
+        return self.assistant.add_documents(docs, scope=scope)
+
+    def ask(self, query: str, *, scope: str | None = None, **generate_kwargs: Any) -> Answer:
+        """Answer from the QA bank if a stored question matches, else retrieve and generate."""
+        return self.assistant.ask(query, scope=scope, **generate_kwargs)
+
+    def idle(self, budget_s: float | None = None, max_tasks: int | None = None) -> IdleReport:
+        """Run deferred work now, in this thread: abstracts and predictions, population of
+        predicted questions, real answers of QA-bank hits, refresh of stale entries, and the
+        scheduler's conversions. Stops when the queue has nothing runnable, after ``max_tasks``,
+        or once ``budget_s`` is spent (checked between tasks)."""
+        return self.assistant.idle(budget_s, max_tasks)
+
+    def predict(self, kind: str = "knowledge", *, scope: str | None = None, rounds: int = 1) -> int:
+        """Queue predictions now (no quiet period): ``"knowledge"`` (from the abstract) or
+        ``"history"`` (from recent questions); returns how many were queued."""
+        return self.assistant.predict(kind, scope=scope, rounds=rounds)
+
+    def start_idle_worker(self, *, poll_s: float = 0.2) -> IdleWorker:
+        """Run idle work in a background thread; foreground calls preempt it within one decode
+        step. Stop it with :meth:`stop_idle_worker` (``close()`` stops it too)."""
+        return self.assistant.start_idle_worker(poll_s=poll_s)
+
+    def stop_idle_worker(self) -> IdleReport | None:
+        return self.assistant.stop_idle_worker()
+
+    def stats(self) -> StatsTotals:
+        """Totals over the requests this handle served."""
+        return self.engine.stats()
+
+    # -- settings and life cycle -----------------------------------------------------------
+    def configure(self, **changes: Any) -> Config:
+        """Change settings at run time (validated like :func:`enable`'s keywords); a new
+        ``kv_byte_limit`` applies at once (evicting if needed)."""
+        with self.engine.lock:
+            old = self.config
+            self.engine.configure(old.replace(**changes), set(changes))
+            self.assistant.configure(old, set(changes))
+            return self.config
+
+    def disable(self) -> None:
+        """Restore the model's own attention; the handle can no longer serve requests."""
+        self.assistant.stop_idle_worker()
+        with self.engine.lock:
+            if not self.engine.closed:
+                self.assistant.close()
+            self.engine.close()
+
+    def close(self) -> None:
+        self.disable()
+
+    @contextlib.contextmanager
+    def disabled(self) -> Iterator[PerCache]:
+        """Run the model without the plugin inside the block; ``pc.generate`` then computes
+        every token and neither reads nor writes the store (a same-tokenization baseline)."""
+        with self.engine.disabled():
+            yield self
+
+    def __enter__(self) -> PerCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PerCache({self.capabilities.summary()}, store={self.store.path or 'memory'})"
+
+
+def enable(model: Any, tokenizer: Any, store: str | Path | None = None, *,
+           plugins: Sequence[object] = (), **config: Any) -> PerCache:
+    """Switch ``model`` to percache and return its handle.
+
+    :param model: a loaded transformers causal LM.
+    :param tokenizer: its tokenizer.
+    :param store: None for an in-memory store, or a directory for a persistent one.
+    :param plugins: plugins to register before the handle is built (needed for hooks consulted
+        once at enable time, such as ``percache_model_profile``); others can be registered later
+        with ``pc.plugins.register``.
+    :param config: :class:`Config` fields as keyword arguments (unknown keys raise ``ConfigError``).
+    """
+    return PerCache(model, tokenizer, store, Config.from_kwargs(**config), plugins)

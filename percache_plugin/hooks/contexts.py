@@ -1,0 +1,88 @@
+"""The narrow objects hooks receive instead of the handle.
+
+A hook sees what its job needs and nothing else: engine-side hooks (attention, planning,
+loading, storing, recompute, request start/end) get an :class:`EngineContext`; the ask()
+pipeline's hooks (retrieval, QA bank, documents) get an :class:`AssistantContext`. Both are
+built once per handle; ``config`` always holds the handle's current settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core.capabilities import Capabilities
+from ..core.query import Query
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..idle import IdleQueue
+    from ..kv.store import KVStore
+    from ..rag.embeddings import Embedder
+    from .manager import Hooks
+
+__all__ = ["EngineContext", "AssistantContext"]
+
+
+class EngineContext:
+    """What engine-side hooks may use.
+
+    :ivar config: the handle's current settings (replaced by ``configure()``).
+    :ivar store: the K/V store (``contains``/``info`` answer without loading tensors).
+    :ivar capabilities: what percache can do on this model.
+    :ivar hooks: the typed hook façade, to call other hooks.
+    :ivar fingerprint: the model/tokenizer fingerprint the store is keyed by.
+    """
+
+    def __init__(self, config: Config, store: KVStore, capabilities: Capabilities, hooks: Hooks,
+                 fingerprint: str) -> None:
+        self.config = config
+        self.store = store
+        self.capabilities = capabilities
+        self.hooks = hooks
+        self.fingerprint = fingerprint
+
+    def __repr__(self) -> str:
+        return f"EngineContext({self.capabilities.model_type}, store={self.store.path or 'memory'})"
+
+
+class AssistantContext:
+    """What the ask() pipeline's hooks may use.
+
+    :ivar engine: the engine context (settings, K/V store, capabilities).
+    """
+
+    def __init__(self, engine: EngineContext, embedder: Callable[[], Embedder],
+                 idle_queue: Callable[[], IdleQueue]) -> None:
+        self.engine = engine
+        self._embedder = embedder
+        self._idle_queue = idle_queue
+
+    @property
+    def config(self) -> Config:
+        """The handle's current settings."""
+        return self.engine.config
+
+    @property
+    def hooks(self) -> Hooks:
+        return self.engine.hooks
+
+    @property
+    def embedder(self) -> Embedder:
+        """The banks' embedder (loaded on first use)."""
+        return self._embedder()
+
+    @property
+    def idle_queue(self) -> IdleQueue:
+        """Work deferred to idle time (push tasks here)."""
+        return self._idle_queue()
+
+    def data_path(self, name: str) -> Path | None:
+        """Where a component named ``name`` keeps its files beside the K/V store (None: memory)."""
+        root = self.engine.store.path
+        return None if root is None else root / name
+
+    def query(self, text: str) -> Query:
+        """A :class:`Query` for ``text`` that embeds with the banks' embedder, once."""
+        return Query(text, lambda texts: self.embedder.embed(texts))
