@@ -99,8 +99,19 @@ class Config:
         "from the user's recent questions ('history'), or both.",
         "both",
     )
-    prediction_stride: int = _help("Questions asked of the model per prediction.", 5)
-    knowledge_rounds: int = _help("Knowledge-based predictions after new documents.", 2)
+    relevance_threshold: float | Literal["auto"] | None = _help(
+        "Least cosine similarity between a question and its best retrieved chunk for ask() to "
+        "generate an answer; below it (or with no documents in scope) ask() answers that no "
+        "relevant documents were found (source 'no_documents'). 'auto': 0.25 with the default "
+        "embedder (calibrated: keeps 97.8% of QMSum questions, refuses 91.2% of unrelated ones; "
+        "docs/BENCHMARKS.md), only the empty-scope check with other embedders; None: never refuse "
+        "(generate from whatever was retrieved).",
+        "auto",
+    )
+    prediction_stride: int = _help("Questions asked of the model per prediction (per note).", 3)
+    knowledge_rounds: int = _help(
+        "Prediction rounds per new chunk after new documents (the first decodes greedily, "
+        "later ones sample other questions); 0 turns knowledge prediction off.", 1)
     prediction_quiet_s: float = _help(
         "Quiet period (seconds) after new documents or a question before predicting.", 10.0)
     population_cutoff: float = _help(
@@ -110,7 +121,8 @@ class Config:
         0.85,
     )
     abstract_max_chunks: int = _help(
-        "Most new chunks summarized per abstract update (spread evenly over the new ones).", 8)
+        "Most new chunks predicted about, and summarized in the abstract, per batch of new "
+        "documents (spread evenly over the new ones).", 8)
     abstract_batch_chunks: int = _help("Chunks summarized in one model call.", 4)
     abstract_max_words: int = _help("Length cap of the persisted abstract, in words.", 250)
     background_max_new_tokens: int = _help(
@@ -158,6 +170,12 @@ class Config:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        if self.relevance_threshold not in (None, "auto") and (
+                isinstance(self.relevance_threshold, bool)
+                or not isinstance(self.relevance_threshold, (int, float))
+                or not -1.0 <= self.relevance_threshold <= 1.0):
+            raise ConfigError("relevance_threshold must be 'auto', None or a number in [-1, 1], "
+                              f"got {self.relevance_threshold!r}")
         if not 0.0 < float(self.similarity_threshold) <= 1.0:
             raise ConfigError(f"similarity_threshold must be in (0, 1], got {self.similarity_threshold!r}")
         if self.consistency_min_overlap is not None and not 0.0 <= self.consistency_min_overlap <= 1.0:
@@ -191,7 +209,7 @@ class Config:
         prints)."""
         lines = []
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
             lines.append(f"{f.name} = {default!r}\n    {f.metadata.get('help', '')}")
         return "\n".join(lines)
 

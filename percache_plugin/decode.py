@@ -21,14 +21,17 @@ __all__ = ["context_limit", "dtype_device", "run_generate"]
 
 
 class _PreemptCheck(StoppingCriteria):
-    """Stops a background generation after the current token when a foreground call waits."""
+    """Stops a background generation after the current token when a foreground call waits,
+    or once a deadline (``time.perf_counter()``) has passed."""
 
-    def __init__(self, flag: threading.Event) -> None:
+    def __init__(self, flag: threading.Event | None, deadline: float | None = None) -> None:
         self.flag = flag
+        self.deadline = deadline
         self.fired = False
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        self.fired = self.fired or self.flag.is_set()
+        self.fired = self.fired or (self.flag is not None and self.flag.is_set()) or (
+            self.deadline is not None and time.perf_counter() >= self.deadline)
         return torch.full((input_ids.shape[0],), self.fired, dtype=torch.bool,  # type: ignore[return-value]
                           device=input_ids.device)
 
@@ -63,9 +66,10 @@ def dtype_device(model: Any) -> tuple[torch.dtype, torch.device]:
 
 def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served: int,
                  stats: GenerationStats, kwargs: dict[str, Any], t0: float,
-                 preempt: threading.Event | None) -> Generation:
+                 preempt: threading.Event | None, deadline: float | None = None) -> Generation:
     """Generate from ``prompt`` over ``cache`` (which serves its first ``served`` positions);
-    with ``preempt``, stop after the token during which it was set (``stats.fallback``)."""
+    with ``preempt``, stop after the token during which it was set, with ``deadline``, after
+    the token during which it passed (``stats.fallback == "preempted"`` either way)."""
     device = dtype_device(model)[1]
     stats.tokens_computed = prompt.n_tokens - served
     ids = torch.tensor([prompt.input_ids], device=device)
@@ -73,7 +77,7 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
     processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
     processors.append(clock)
     criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
-    check = _PreemptCheck(preempt) if preempt is not None else None
+    check = _PreemptCheck(preempt, deadline) if preempt is not None or deadline is not None else None
     if check is not None:
         criteria.append(check)
     pad = tokenizer.pad_token_id

@@ -206,7 +206,7 @@ class Engine:
             try:
                 preempt = self.preemption.flag if self.preemption.in_background() else None
                 gen = run_generate(self.model, self.tokenizer, prompt, cache, served, stats,
-                                   generate_kwargs, t0, preempt)
+                                   generate_kwargs, t0, preempt, self.preemption.deadline)
             finally:
                 finish(cache, gen, gen is not None)
             if gen.stats.fallback == "preempted":

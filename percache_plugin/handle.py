@@ -22,7 +22,7 @@ from .kv.store import KVStore
 from .predict.state import PredictionState
 from .rag.embeddings import Embedder
 from .rag.knowledge import AddReport, KnowledgeBank
-from .rag.qa_bank import QABank
+from .rag.qa_bank import QABank, QAEntry
 from .segments import Prompt, Segment
 from .stats import Generation, StatsTotals
 
@@ -148,16 +148,26 @@ class PerCache:
         """Answer from the QA bank if a stored question matches, else retrieve and generate."""
         return self.assistant.ask(query, scope=scope, **generate_kwargs)
 
-    def idle(self, budget_s: float | None = None, max_tasks: int | None = None) -> IdleReport:
-        """Run deferred work now, in this thread: abstracts and predictions, population of
-        predicted questions, real answers of QA-bank hits, refresh of stale entries, and the
-        scheduler's conversions. Stops when the queue has nothing runnable, after ``max_tasks``,
-        or once ``budget_s`` is spent (checked between tasks)."""
-        return self.assistant.idle(budget_s, max_tasks)
+    def idle(self, budget_s: float | None = None, max_tasks: int | None = None, *,
+             progress: bool = False) -> IdleReport:
+        """Run deferred work now, in this thread, without waiting for the quiet period:
+        predicted questions, their population, abstracts, real answers of QA-bank hits, refresh
+        of stale entries, and the scheduler's conversions. Stops when the queue is empty, after
+        ``max_tasks``, or once ``budget_s`` is spent: the budget is checked after every decoded
+        token, so the call overruns it by at most one decode step (or one prefill); the
+        interrupted task stays queued. The report says what ran and what remains
+        (``report.summary()``); ``progress=True`` shows a progress bar."""
+        return self.assistant.idle(budget_s, max_tasks, progress=progress)
+
+    def correct(self, entry_id: int, answer: str) -> QAEntry:
+        """Correct a stored answer: the entry serves ``answer`` from now on, and its stored
+        paraphrases (which carried the old answer) are not served until regenerated or
+        corrected too (``qa_bank.correct`` changes the one entry only)."""
+        return self.assistant.correct(entry_id, answer)
 
     def predict(self, kind: str = "knowledge", *, scope: str | None = None, rounds: int = 1) -> int:
-        """Queue predictions now (no quiet period): ``"knowledge"`` (from the abstract) or
-        ``"history"`` (from recent questions); returns how many were queued."""
+        """Queue predictions now (no quiet period): ``"knowledge"`` (questions about each chunk
+        of ``scope``) or ``"history"`` (from recent questions); returns how many were queued."""
         return self.assistant.predict(kind, scope=scope, rounds=rounds)
 
     def start_idle_worker(self, *, poll_s: float = 0.2) -> IdleWorker:

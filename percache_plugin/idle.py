@@ -44,7 +44,19 @@ class IdleTask:
 
 @dataclass
 class IdleReport:
-    """What one :meth:`PerCache.idle` call did."""
+    """What one :meth:`PerCache.idle` call did, and what is left.
+
+    :ivar tasks_run: tasks finished; ``by_kind`` splits them by kind.
+    :ivar prefill_tokens, decode_tokens, flops: background compute spent.
+    :ivar seconds: wall time of the call.
+    :ivar remaining: tasks still queued; ``remaining_by_kind`` splits them by kind.
+    :ivar preempted: tasks interrupted (by a foreground call or the budget); they stay queued.
+    :ivar predicted: questions predicted in this call.
+    :ivar stopped_by: ``"done"`` (nothing runnable left), ``"budget"``, ``"max_tasks"`` or
+        ``"preempted"``.
+    :ivar disputed: stored answers put out of service because a regenerated answer
+        contradicted them (see :mod:`percache_plugin.disputes`).
+    """
 
     tasks_run: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
@@ -55,6 +67,17 @@ class IdleReport:
     remaining: int = 0
     preempted: int = 0
     predicted: list[str] = field(default_factory=list)
+    remaining_by_kind: dict[str, int] = field(default_factory=dict)
+    stopped_by: str = "done"
+    disputed: int = 0
+
+    def summary(self) -> str:
+        """One line: what ran, what it cost, what remains."""
+        ran = ", ".join(f"{n} {k}" for k, n in sorted(self.by_kind.items())) or "nothing"
+        left = ", ".join(f"{n} {k}" for k, n in sorted(self.remaining_by_kind.items())) or "nothing"
+        return (f"{self.tasks_run} tasks in {self.seconds:.1f} s ({ran}); {self.prefill_tokens} prompt + "
+                f"{self.decode_tokens} decoded tokens; {len(self.predicted)} questions predicted; "
+                f"stopped: {self.stopped_by}; remaining: {left}")
 
 
 class IdleQueue:
@@ -86,13 +109,14 @@ class IdleQueue:
                                  " AND scope IS ?", (now + delay_s, kind, question, scope))
             return False
 
-    def peek(self) -> IdleTask | None:
+    def peek(self, *, ignore_quiet: bool = False) -> IdleTask | None:
         """The oldest runnable task (it stays queued until :meth:`done`, so a crash or a
-        preemption mid-task runs it again later)."""
+        preemption mid-task runs it again later). ``ignore_quiet``: also tasks still in their
+        quiet period (an explicit ``idle()`` call runs them at once)."""
         with self._lock:
             row = self._db.execute(
                 f"SELECT {_COLS} FROM idle_tasks WHERE not_before <= ? ORDER BY id LIMIT 1",
-                (time.time(),)).fetchone()
+                (float("inf") if ignore_quiet else time.time(),)).fetchone()
             return None if row is None else IdleTask(*row)
 
     def done(self, task: IdleTask) -> None:
@@ -103,6 +127,12 @@ class IdleQueue:
         with self._lock:
             rows = self._db.execute(f"SELECT {_COLS} FROM idle_tasks ORDER BY id").fetchall()
             return [IdleTask(*r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Queued tasks per kind."""
+        with self._lock:
+            rows = self._db.execute("SELECT kind, COUNT(*) FROM idle_tasks GROUP BY kind").fetchall()
+            return {str(k): int(n) for k, n in rows}
 
     def __len__(self) -> int:
         with self._lock:

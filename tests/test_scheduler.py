@@ -91,16 +91,49 @@ def test_background_compute_is_accounted_per_kind() -> None:
     assert cost.flops == 2.0 * pc.n_parameters * (cost.prefill_tokens + cost.decode_tokens)
 
 
-def test_documents_trigger_abstract_and_predictions_after_quiet_period() -> None:
+def test_documents_trigger_per_chunk_predictions_then_abstract() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, embedder="hash", prediction_quiet_s=30.0)
+    pc = percache.enable(model, tok, embedder="hash", prediction_quiet_s=30.0, knowledge_rounds=2)
+    report = pc.add_documents(DOCS, scope="u")
+    pending = pc.idle_queue.pending()
+    n = len(report.new_chunks)
+    assert [t.kind for t in pending] == ["predict_knowledge"] * (2 * n) + ["abstract"]
+    assert {t.question for t in pending[:n]} == {f"chunk {c.id}" for c in report.new_chunks}
+    assert pc.idle_queue.peek() is None  # the background worker waits for the quiet period
+    pc.idle_queue.done(pending[-1])
+    for t in pending[:-1]:
+        pc.idle_queue.done(t)
+    assert pc.predict("knowledge", scope="u") == n
+    assert all(t.kind == "predict_knowledge" for t in pc.idle_queue.pending())
+
+
+def test_explicit_idle_does_not_wait_for_the_quiet_period() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", prediction_quiet_s=30.0,
+                         background_max_new_tokens=4)
     pc.add_documents(DOCS, scope="u")
-    kinds = [t.kind for t in pc.idle_queue.pending()]
-    assert kinds == ["abstract", "predict_knowledge", "predict_knowledge"]
-    assert pc.idle().tasks_run == 0  # still quiet: nothing runnable
-    pc.configure(prediction_quiet_s=0.0)
-    pc.predict("knowledge", scope="u")
-    assert "predict_knowledge" in [t.kind for t in pc.idle_queue.pending()]
+    report = pc.idle()
+    assert report.by_kind.get("predict_knowledge") == len(DOCS) and report.by_kind.get("abstract") == 1
+    assert report.stopped_by == "done" and report.remaining == len(pc.idle_queue)
+    assert "tasks in" in report.summary()
+
+
+def test_budget_stops_at_the_next_token() -> None:
+    model, tok = tiny_pair("llama", num_hidden_layers=4)
+    pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.8,
+                         population_cutoff=0.9, background_max_new_tokens=7000)
+    pc.add_documents(DOCS, scope="u")
+    pc.idle_queue.push("populate", PREDICTED[0], "u")
+    # One decode step of this model, measured.
+    t0 = time.perf_counter()
+    step = pc.generate(["Hello", "Quick question?"], max_new_tokens=8)
+    per_token = (time.perf_counter() - t0) / max(1, len(step.token_ids))
+    budget = 1.0
+    report = pc.idle(budget_s=budget)
+    assert report.stopped_by == "budget" and report.preempted == 1
+    assert report.seconds <= budget + 10 * per_token + 0.5, (report.seconds, per_token)
+    assert report.remaining_by_kind == {"populate": 1}  # the interrupted task stays queued
+    assert pc.engine.preemption.deadline is None
 
 
 def test_foreground_preempts_background_decoding() -> None:

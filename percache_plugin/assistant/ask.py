@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..rag.embeddings import DEFAULT_MODEL_NAME
 from ..segments import Segment
 from ..stats import GenerationStats
 
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from .assistant import Assistant
 
-__all__ = ["Answer", "ask", "generate_answer", "segments_for"]
+__all__ = ["AUTO_RELEVANCE", "Answer", "ask", "best_relevance", "generate_answer", "no_documents_text",
+           "relevant", "segments_for"]
 
 
 @dataclass
@@ -23,23 +25,27 @@ class Answer:
     """The result of :meth:`PerCache.ask`.
 
     :ivar text: the answer.
-    :ivar source: ``"qa_bank"`` (a stored answer, no inference) or ``"generated"``.
+    :ivar source: ``"qa_bank"`` (a stored answer, no inference), ``"generated"``, or
+        ``"no_documents"`` (nothing in scope relevant enough to answer from; no inference).
     :ivar sources: ids of the chunks behind the answer.
     :ivar matched_question: the stored question served (QA-bank hits).
     :ivar similarity: its cosine similarity to the question (QA-bank hits).
     :ivar rejected_by: on generation, why the closest stored question was not served.
     :ivar stats: the generation's stats (None for QA-bank hits).
     :ivar latency_s: wall time of the whole call.
+    :ivar relevance: cosine similarity of the question and its best retrieved chunk (None when
+        nothing was retrieved or for QA-bank hits); see ``Config.relevance_threshold``.
     """
 
     text: str
-    source: Literal["qa_bank", "generated"]
+    source: Literal["qa_bank", "generated", "no_documents"]
     sources: tuple[str, ...]
     matched_question: str | None = None
     similarity: float | None = None
     rejected_by: str | None = None
     stats: GenerationStats | None = None
     latency_s: float = 0.0
+    relevance: float | None = None
 
 
 def _ordered(chunks: Sequence[Chunk]) -> list[Chunk]:
@@ -70,6 +76,42 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0)
 
 
+AUTO_RELEVANCE = 0.25
+"""The calibrated relevance threshold of the default embedder (benchmarks/relevance_calibration.py)."""
+
+
+def no_documents_text(scope: str | None) -> str:
+    where = "your documents" if scope is None else f"the documents of scope {scope!r}"
+    return (f"I found no relevant documents for this question in {where}, so I cannot answer it "
+            "from them.")
+
+
+def best_relevance(a: Assistant, query: Query, chunks: list[Chunk]) -> float | None:
+    """Cosine similarity of the question and its most similar retrieved chunk (the knowledge
+    bank's stored vectors; chunks it never saw, from another retriever, are embedded now)."""
+    if not chunks:
+        return None
+    try:
+        vectors = a.knowledge.index.vectors([c.id for c in chunks])
+    except (KeyError, LookupError):
+        vectors = a.embedder.embed([c.text for c in chunks])
+    return float((vectors @ query.embedding).max())
+
+
+def relevant(a: Assistant, chunks: list[Chunk], relevance: float | None) -> bool:
+    """Whether the retrieval found something to answer from (``Config.relevance_threshold``)."""
+    threshold = a.config.relevance_threshold
+    if threshold is None:
+        return True
+    if not chunks:
+        return False
+    if threshold == "auto":
+        if a.embedder.name != DEFAULT_MODEL_NAME:
+            return True
+        threshold = AUTO_RELEVANCE
+    return relevance is not None and relevance >= float(threshold)
+
+
 def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs: Any) -> Answer:
     """QA-bank lookup; on a miss, retrieve top-k chunks and generate through the reuse path.
 
@@ -85,7 +127,13 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
             a.idle_queue.push("answer", query.text, scope)
         return Answer(entry.answer or "", "qa_bank", entry.sources, entry.question,
                       result.match.similarity, latency_s=time.perf_counter() - t0)
+    relevance = best_relevance(a, query, chunks)
+    if not relevant(a, chunks, relevance):
+        return Answer(no_documents_text(scope), "no_documents", (),
+                      rejected_by=result.rejected_by if result is not None else None,
+                      latency_s=time.perf_counter() - t0, relevance=relevance)
     answer = generate_answer(a, query, scope, chunks, **generate_kwargs)
+    answer.relevance = relevance
     answer.rejected_by = result.rejected_by if result is not None else None
     answer.latency_s = time.perf_counter() - t0
     return answer

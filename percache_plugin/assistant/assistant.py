@@ -12,15 +12,23 @@ from typing import Any
 from ..core.query import Query
 from ..engine import Engine
 from ..hooks.contexts import AssistantContext
-from ..idle import IdleQueue, IdleReport
+from ..idle import IdleQueue, IdleReport, IdleTask
 from ..kv.store import DB_NAME
 from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
 from ..predict.state import PredictionState
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.knowledge import AddReport, KnowledgeBank
-from ..rag.qa_bank import QABank
+from ..rag.qa_bank import QABank, QAEntry
 from .ask import Answer, ask
-from .scheduler import BackgroundStats, after_documents, after_question, queue_conversions, run_idle
+from .disputes import correct as correct_entry
+from .scheduler import (
+    BackgroundStats,
+    after_documents,
+    after_question,
+    queue_conversions,
+    queue_knowledge_predictions,
+    run_idle,
+)
 from .worker import IdleWorker
 
 __all__ = ["Assistant"]
@@ -121,16 +129,38 @@ class Assistant:
             after_question(self, query, scope)
             return answer
 
-    def idle(self, budget_s: float | None = None, max_tasks: int | None = None) -> IdleReport:
-        """Run deferred work now, in this thread (see :meth:`PerCache.idle`)."""
+    def idle(self, budget_s: float | None = None, max_tasks: int | None = None, *,
+             progress: bool = False) -> IdleReport:
+        """Run deferred work now, in this thread, without waiting for the quiet period (see
+        :meth:`PerCache.idle`); ``progress=True`` shows a progress bar of the tasks."""
         with self.engine.lock:
-            return run_idle(self, budget_s, max_tasks)
+            if not progress:
+                return run_idle(self, budget_s, max_tasks, ignore_quiet=True)
+            from tqdm import tqdm
+
+            with tqdm(total=len(self.idle_queue), desc="idle work", unit="task") as bar:
+                def step(task: IdleTask) -> None:
+                    bar.total = max(bar.total, bar.n + 1 + len(self.idle_queue))
+                    bar.set_postfix_str(task.kind)
+                    bar.update(1)
+
+                return run_idle(self, budget_s, max_tasks, ignore_quiet=True, on_task=step)
+
+    def correct(self, entry_id: int, answer: str) -> QAEntry:
+        """Correct a stored answer; its stored paraphrases stop being served (see
+        :meth:`PerCache.correct`)."""
+        with self._foreground():
+            return correct_entry(self, entry_id, answer)
 
     def predict(self, kind: str = "knowledge", *, scope: str | None = None, rounds: int = 1) -> int:
-        """Queue predictions now: ``"knowledge"`` or ``"history"``; returns how many were queued."""
+        """Queue predictions now: ``"knowledge"`` (questions about each chunk of ``scope``) or
+        ``"history"`` (from recent questions); returns how many were queued."""
         if kind not in ("knowledge", "history"):
             raise ValueError(f"kind must be 'knowledge' or 'history', got {kind!r}")
-        return sum(self.idle_queue.push(f"predict_{kind}", f"manual round {r + 1}", scope)  # type: ignore[arg-type]
+        if kind == "knowledge":
+            ids = [c.id for c in self.knowledge.chunks() if scope is None or c.scope == scope]
+            return queue_knowledge_predictions(self, scope, ids, rounds=rounds)
+        return sum(self.idle_queue.push("predict_history", f"manual round {r + 1}", scope)
                    for r in range(rounds))
 
     def configure(self, old: Any, changed: set[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,12 +20,14 @@ from ..predict.templates import load_template
 from ..segments import Segment
 from ..stats import GenerationStats
 from .ask import generate_answer, segments_for
+from .disputes import contradicts, dispute_paraphrases
 
 if TYPE_CHECKING:
     from .assistant import Assistant
 
 __all__ = ["BackgroundStats", "TaskCost", "Preempted", "run_idle", "population_mode", "round_seed",
-           "queue_conversions", "after_documents", "after_question"]
+           "queue_conversions", "after_documents", "after_question", "queue_knowledge_predictions",
+           "spread"]
 
 _ABSTRACT_SYSTEM = "You summarize the user's notes."
 _PREDICT_SYSTEM = "You help a personal assistant anticipate the user's questions."
@@ -65,14 +68,39 @@ def population_mode(a: Assistant) -> str:
 
 
 # -- triggers ----------------------------------------------------------------------------------
+CHUNK_TASK = "chunk "  # a knowledge prediction about one chunk: "chunk <id>", round 1
+ROUND_TASK = "chunk {id} round {r}"  # later rounds sample other questions
+
+
+def spread(items: list[str], n: int) -> list[str]:
+    """At most ``n`` items spread evenly over ``items`` (first and last included)."""
+    if len(items) <= n:
+        return list(items)
+    return list(dict.fromkeys(items[int(i)] for i in np.linspace(0, len(items) - 1, n).round()))
+
+
+def queue_knowledge_predictions(a: Assistant, scope: str | None, chunk_ids: list[str], *,
+                                delay_s: float = 0.0, rounds: int | None = None) -> int:
+    """Queue questions about each of (at most ``abstract_max_chunks``, spread evenly) chunks,
+    ``knowledge_rounds`` rounds each: a small model asked about one note at a time, with an
+    example, finds the names, dates and decisions in it; asked about a summary of many notes,
+    it mostly did not (SmolLM2-135M: "1. Project Manager: 2. Project Manager: ...")."""
+    queued = 0
+    for r in range(a.config.knowledge_rounds if rounds is None else rounds):
+        for cid in spread(chunk_ids, a.config.abstract_max_chunks):
+            name = CHUNK_TASK + cid if r == 0 else ROUND_TASK.format(id=cid, r=r + 1)
+            queued += a.idle_queue.push("predict_knowledge", name, scope, delay_s=delay_s)
+    return queued
+
+
 def after_documents(a: Assistant, scope: str | None, chunk_ids: list[str]) -> None:
-    """New chunks: summarize them, then predict questions, after the quiet period."""
+    """New chunks: predict questions about them, then update the scope's abstract, after the
+    quiet period (an explicit ``idle()`` does not wait for it)."""
     if a.config.predict in ("knowledge", "both") and chunk_ids:
         a.prediction_state.add_pending(scope, chunk_ids)
         quiet = a.config.prediction_quiet_s
+        queue_knowledge_predictions(a, scope, chunk_ids, delay_s=quiet)
         a.idle_queue.push("abstract", "", scope, delay_s=quiet)
-        for r in range(a.config.knowledge_rounds):
-            a.idle_queue.push("predict_knowledge", f"round {r + 1}", scope, delay_s=quiet)
 
 
 def after_question(a: Assistant, query: str, scope: str | None) -> None:
@@ -122,9 +150,7 @@ def _abstract(a: Assistant, task: IdleTask, report: IdleReport) -> None:
     pending = state.pending(task.scope)
     if not pending:
         return
-    n = min(len(pending), a.config.abstract_max_chunks)
-    picked = [pending[int(i)] for i in np.linspace(0, len(pending) - 1, n).round().astype(int)]
-    picked = list(dict.fromkeys(picked))
+    picked = spread(pending, a.config.abstract_max_chunks)
     instruction = load_template("abstract", a.config.prompt_dir)
     notes = [state.abstract(task.scope)] if state.abstract(task.scope) else []
     step = a.config.abstract_batch_chunks
@@ -149,24 +175,37 @@ def round_seed(task: IdleTask, source: str) -> int:
     return zlib.crc32(key.encode("utf-8"))
 
 
+def _knowledge_source(a: Assistant, task: IdleTask) -> tuple[str, bool]:
+    """The note a knowledge prediction asks about (``""`` if it is gone), and whether this
+    round samples (later rounds) rather than decoding greedily (the first)."""
+    if not task.question.startswith(CHUNK_TASK):  # an older queue entry: the abstract
+        return a.prediction_state.abstract(task.scope), True
+    cid, _, later = task.question[len(CHUNK_TASK):].partition(" round ")
+    chunks = a.hooks.resolve_chunks(a.ctx, (cid,))
+    return (chunks[0].text if chunks else ""), bool(later)
+
+
 def _predict(a: Assistant, task: IdleTask, report: IdleReport) -> None:
     n = a.config.prediction_stride
     if task.kind == "predict_knowledge":
-        source = a.prediction_state.abstract(task.scope)
-        prompt = load_template("knowledge_questions", a.config.prompt_dir).format(abstract=source, n=n)
+        source, sample = _knowledge_source(a, task)
+        template = load_template("knowledge_questions", a.config.prompt_dir)
+        prompt = template.format_map({"note": source, "abstract": source, "n": n})
     else:
         recent = a.prediction_state.history(task.scope)[-5:]
-        source = "\n".join(recent)
+        source, sample = "\n".join(recent), True
         prompt = load_template("history_questions", a.config.prompt_dir).format(history=source, n=n)
     if not source:
         return
-    # Each round samples differently (seeded, so runs repeat); greedy would repeat itself.
-    seed = round_seed(task, source)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        gen = a.engine.generate([Segment(_PREDICT_SYSTEM, "system"), Segment(prompt, "query")],
-                                max_new_tokens=a.config.background_max_new_tokens * 2,
-                                do_sample=True, temperature=0.8, top_p=0.95)
+    segments = [Segment(_PREDICT_SYSTEM, "system"), Segment(prompt, "query")]
+    max_new = min(a.config.background_max_new_tokens * 2, 16 * n + 8)  # ~16 tokens a question
+    if sample:  # each round samples differently (seeded, so runs repeat)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(round_seed(task, source))
+            gen = a.engine.generate(segments, max_new_tokens=max_new, do_sample=True,
+                                    temperature=0.8, top_p=0.95)
+    else:
+        gen = a.engine.generate(segments, max_new_tokens=max_new, do_sample=False)
     _account(a, report, task.kind, gen.stats)
     kept: list[str] = []
     vectors: list[np.ndarray] = []
@@ -219,9 +258,18 @@ def _reprefill(a: Assistant, task: IdleTask, report: IdleReport) -> None:
 
 
 def _answer(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    ans = generate_answer(a, a.query(task.question), task.scope,
-                          max_new_tokens=a.config.background_max_new_tokens)
+    """The question's own answer. For a question served from the QA bank, an answer that
+    contradicts the one served puts both, and their paraphrases, out of service until resolved."""
+    bank = a.builtin_qa_bank()
+    query = a.query(task.question)
+    served = [] if bank is None or task.kind != "answer" else [
+        m.entry for m in bank.similar(task.question, tau=a.config.similarity_threshold,
+                                      scope=task.scope, embedding=query.embedding)
+        if m.entry.question.strip().lower() != task.question.strip().lower()]
+    ans = generate_answer(a, query, task.scope, max_new_tokens=a.config.background_max_new_tokens)
     _account(a, report, task.kind, ans.stats)
+    if served and served[0].origin != "corrected" and contradicts(served[0].answer, ans.text):
+        report.disputed += len(dispute_paraphrases(a, served[0], include_self=True))
 
 
 _RUNNERS = {
@@ -241,22 +289,41 @@ def run_task(a: Assistant, task: IdleTask, report: IdleReport) -> None:
     report.by_kind[task.kind] = report.by_kind.get(task.kind, 0) + 1
 
 
-def run_idle(a: Assistant, budget_s: float | None = None, max_tasks: int | None = None) -> IdleReport:
+def run_idle(a: Assistant, budget_s: float | None = None, max_tasks: int | None = None, *,
+             ignore_quiet: bool = False,
+             on_task: Callable[[IdleTask], None] | None = None) -> IdleReport:
     """Run runnable tasks, oldest first, until none is left, ``max_tasks`` ran or ``budget_s``
-    is spent (checked between tasks)."""
+    is spent. The budget is checked between tasks and after every decoded token, so the call
+    ends at most one decode step (or one uninterruptible prefill) after it; the interrupted
+    task stays queued. ``ignore_quiet`` runs tasks still in their quiet period; ``on_task`` is
+    called after each finished task (progress)."""
     t0 = time.perf_counter()
     report = IdleReport()
-    while max_tasks is None or report.tasks_run < max_tasks:
-        if budget_s is not None and time.perf_counter() - t0 >= budget_s:
-            break
-        task = a.idle_queue.peek()
-        if task is None:
-            break
-        try:
-            run_task(a, task, report)
-        except Preempted:
-            report.preempted += 1
-            break
+    preemption = a.engine.preemption
+    preemption.deadline = None if budget_s is None else t0 + budget_s
+    try:
+        while True:
+            if max_tasks is not None and report.tasks_run >= max_tasks:
+                report.stopped_by = "max_tasks"
+                break
+            if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+                report.stopped_by = "budget"
+                break
+            task = a.idle_queue.peek(ignore_quiet=ignore_quiet)
+            if task is None:
+                break
+            try:
+                run_task(a, task, report)
+                if on_task is not None:
+                    on_task(task)
+            except Preempted:
+                report.preempted += 1
+                over = budget_s is not None and time.perf_counter() - t0 >= budget_s
+                report.stopped_by = "budget" if over else "preempted"
+                break
+    finally:
+        preemption.deadline = None
     report.seconds = time.perf_counter() - t0
-    report.remaining = len(a.idle_queue)
+    report.remaining_by_kind = a.idle_queue.counts()
+    report.remaining = sum(report.remaining_by_kind.values())
     return report

@@ -20,6 +20,9 @@ class Preemption:
     def __init__(self) -> None:
         self.flag = threading.Event()
         self.background: int | None = None
+        # ``time.perf_counter()`` at which an explicit idle() call's budget ends: its decodes
+        # stop after the token during which it passed. None outside such a call.
+        self.deadline: float | None = None
         self._count = 0
         self._mutex = threading.Lock()
 

@@ -162,6 +162,16 @@ class HybridIndex:
         except KeyError:
             raise KeyError(f"no chunk {chunk_id!r} in the index") from None
 
+    def vectors(self, chunk_ids: Sequence[str]) -> np.ndarray:
+        """The stored unit embeddings of these chunks, one row each (KeyError names an
+        unknown id)."""
+        rows = []
+        for cid in chunk_ids:
+            if cid not in self._entries:
+                raise KeyError(f"no chunk {cid!r} in the index")
+            rows.append(self._entries[cid].vector)
+        return np.stack(rows) if rows else np.zeros((0, self._dim), np.float32)
+
     def chunks(self) -> list[Chunk]:
         """Every chunk, in insertion order."""
         return [e.chunk for e in self._entries.values()]

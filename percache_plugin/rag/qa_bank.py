@@ -588,6 +588,34 @@ class QABank:
                 self._slots[entry_id].stale = True
         return hit
 
+    def mark_stale(self, entry_ids: Iterable[int]) -> list[int]:
+        """Mark entries stale (not served until corrected or regenerated), e.g. when a user's
+        correction or a regenerated answer contradicts them. Returns the ids marked."""
+        with self._lock:
+            self._check_open()
+            hit = [i for i in dict.fromkeys(entry_ids) if i in self._slots]
+            with self._tx():
+                self._db.executemany("UPDATE qa_entries SET stale = 1 WHERE id = ?", [(i,) for i in hit])
+            for entry_id in hit:
+                self._slots[entry_id].stale = True
+            return hit
+
+    def similar(self, question: str, *, tau: float, scope: str | None = None,
+                embedding: np.ndarray | None = None, k: int = 20) -> list[QAMatch]:
+        """Stored questions of ``scope`` at least ``tau`` similar to ``question`` (paraphrases),
+        most similar first; no guard is applied and no hit counted."""
+        question = _check_question(question)
+        tau = check_tau(tau)
+        scope = _check_scope(scope)
+        if not self._slots:
+            return []
+        vector = self._vector(question, embedding)
+        with self._lock:
+            self._check_open()
+            part = self._parts.get(scope)
+            found = part.search(vector, k) if part is not None else []
+            return [QAMatch(self._fetch(i), sim, {}) for i, sim in found if sim >= tau]
+
     def set_byte_limit(self, byte_limit: int | None) -> int:
         """Change the byte limit (``None``: unlimited); returns how many entries were evicted."""
         limit = _check_limit(byte_limit)

@@ -1,0 +1,55 @@
+"""Wrong answers must not spread: a stored answer that the user corrects, or that a regenerated
+answer contradicts, stops being served to paraphrases until it is resolved (corrected by the
+user, or regenerated)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..rag.qa_bank import QAEntry
+    from .assistant import Assistant
+
+__all__ = ["key_facts", "contradicts", "correct", "dispute_paraphrases"]
+
+_FACT = re.compile(r"\b(?:\d[\w:.%/-]*|(?<![.!?]\s)(?<!^)[A-Z][a-zA-Z]+)")
+_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+def key_facts(text: str) -> set[str]:
+    """Numbers, times, weekdays and capitalized names (not sentence starts) in ``text``."""
+    facts = {m.group(0).lower().rstrip(".") for m in _FACT.finditer(text.strip())}
+    facts.update(d for d in _DAYS if d in text.lower())
+    return facts
+
+
+def contradicts(a: str | None, b: str | None) -> bool:
+    """Two answers disagree on facts: each names facts (numbers, days, names) and they share
+    fewer than half of them. Answers without such facts are never taken as contradicting."""
+    if not a or not b:
+        return False
+    fa, fb = key_facts(a), key_facts(b)
+    if not fa or not fb:
+        return False
+    return len(fa & fb) / len(fa | fb) < 0.5
+
+
+def dispute_paraphrases(a: Assistant, entry: QAEntry, *, include_self: bool = False) -> list[int]:
+    """Mark stale the stored paraphrases of ``entry``'s question (same scope, similarity >= tau)
+    that were not corrected by the user; returns their ids."""
+    bank = a.qa_bank
+    matches = bank.similar(entry.question, tau=a.config.similarity_threshold, scope=entry.scope,
+                           embedding=a.query(entry.question).embedding)
+    ids = [m.entry.id for m in matches
+           if (include_self or m.entry.id != entry.id) and m.entry.origin != "corrected"]
+    return bank.mark_stale(ids)
+
+
+def correct(a: Assistant, entry_id: int, answer: str) -> QAEntry:
+    """The user's correction of a stored answer: the entry serves ``answer`` from now on, and
+    its paraphrases (which carried the same wrong answer) are not served until regenerated or
+    corrected too."""
+    entry = a.qa_bank.correct(entry_id, answer)
+    dispute_paraphrases(a, entry)
+    return entry
