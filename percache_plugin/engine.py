@@ -245,6 +245,7 @@ class Engine:
         prompt = self.prompt(segments)
         self._check_length(prompt, max_new)
         stats = GenerationStats(prompt_tokens=prompt.n_tokens)
+        errors_before = self.store.write_errors
         if not self._enabled:
             return prompt, empty_cache(), 0, stats, lambda cache, gen, completed: None
         assert self._reuse is not None
@@ -273,6 +274,7 @@ class Engine:
                 if completed:
                     self._store_computed(prompt, exact_end, skip,
                                          bool(shifted) and stats.approximate, cache, stats)
+                    stats.store_errors += self.store.write_errors - errors_before
                     stats.total_s = time.perf_counter() - t0
                     self._totals.add(stats)
             finally:

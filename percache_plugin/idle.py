@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from .sqlite_tx import Schema, connect
 
 __all__ = ["IdleTask", "IdleQueue", "IdleReport", "TaskKind", "TASK_KINDS"]
 
@@ -15,12 +16,12 @@ TaskKind = Literal["answer", "refresh", "abstract", "predict_knowledge", "predic
                    "populate", "decode", "reprefill"]
 TASK_KINDS: tuple[str, ...] = ("answer", "refresh", "abstract", "predict_knowledge",
                                "predict_history", "populate", "decode", "reprefill")
-_SCHEMA = """
+_SCHEMA = Schema("idle", 1, """
 CREATE TABLE IF NOT EXISTS idle_tasks (
     id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, question TEXT NOT NULL,
     scope TEXT, created REAL NOT NULL, not_before REAL NOT NULL DEFAULT 0,
     UNIQUE (kind, question, scope));
-"""
+""")
 _COLS = "id, kind, question, scope, created"
 
 
@@ -88,9 +89,7 @@ class IdleQueue:
 
     def __init__(self, db_path: Path | None) -> None:
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(":memory:" if db_path is None else str(db_path),
-                                   check_same_thread=False, isolation_level=None, timeout=10)
-        self._db.executescript(_SCHEMA)
+        self._db = connect(db_path, _SCHEMA)
 
     def push(self, kind: TaskKind, question: str, scope: str | None, *, delay_s: float = 0.0) -> bool:
         """Queue a task, runnable after ``delay_s`` (a quiet period); False if the same task is

@@ -28,6 +28,7 @@ class GenerationStats:
     bytes_loaded: int = 0
     bytes_stored: int = 0
     load_misses: int = 0  # planned nodes that failed to load (corrupt, evicted meanwhile)
+    store_errors: int = 0  # cache writes that failed (full disk, read-only store): answer kept
     approximate: bool = False  # True when any reused K/V is not bit-exact (shifted, lossy dtype)
     fallback: str = ""  # why a plan was abandoned for a full prefill, if it was
     ttft_s: float = 0.0
@@ -41,6 +42,7 @@ class GenerationStats:
             f"new={self.new_tokens} loaded={self.bytes_loaded}B stored={self.bytes_stored}B "
             f"ttft={self.ttft_s * 1000:.1f}ms total={self.total_s * 1000:.1f}ms"
             + (f" fallback={self.fallback}" if self.fallback else "")
+            + (f" store_errors={self.store_errors}" if self.store_errors else "")
         )
 
 
@@ -75,6 +77,7 @@ class StatsTotals:
     bytes_loaded: int = 0
     bytes_stored: int = 0
     load_misses: int = 0
+    store_errors: int = 0
     fallbacks: int = 0
 
     def add(self, s: GenerationStats) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..best_effort import best_effort
 from ..rag.embeddings import DEFAULT_MODEL_NAME
 from ..segments import Segment
 from ..stats import GenerationStats
@@ -72,7 +73,8 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     generate_kwargs.setdefault("do_sample", False)
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
     text = gen.text.strip()
-    a.hooks.qa_store(a.ctx, query, text, scope, sources, origin)
+    with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
+        a.hooks.qa_store(a.ctx, query, text, scope, sources, origin)
     return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0)
 
 
@@ -124,7 +126,8 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
         entry = result.match.entry
         # Serve the stored answer now; compute this question's own answer in idle time.
         if entry.question.strip().lower() != query.text.strip().lower():
-            a.idle_queue.push("answer", query.text, scope)
+            with best_effort("queueing the answer for idle time", a.engine.stats()):
+                a.idle_queue.push("answer", query.text, scope)
         return Answer(entry.answer or "", "qa_bank", entry.sources, entry.question,
                       result.match.similarity, latency_s=time.perf_counter() - t0)
     relevance = best_relevance(a, query, chunks)

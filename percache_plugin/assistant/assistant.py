@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..best_effort import best_effort
 from ..core.query import Query
 from ..engine import Engine
 from ..hooks.contexts import AssistantContext
@@ -126,7 +127,8 @@ class Assistant:
         q = self.query(query)  # validates before taking the lock
         with self._foreground():
             answer = ask(self, q, scope, **generate_kwargs)
-            after_question(self, query, scope)
+            with best_effort("recording the question for prediction", self.engine.stats()):
+                after_question(self, query, scope)
             return answer
 
     def idle(self, budget_s: float | None = None, max_tasks: int | None = None, *,

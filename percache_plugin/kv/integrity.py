@@ -29,6 +29,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save
 
+from ..filemodes import private_dir
+
 try:  # POSIX advisory locks decide who may sweep a shared directory
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -48,8 +50,11 @@ __all__ = [
     "node_path",
     "read_node_file",
     "sweep_files",
+    "WriteLock",
+    "publish_node",
     "validate_key",
     "write_node_file",
+    "write_node_temp",
 ]
 
 FORMAT = "percache-kv/1"
@@ -95,7 +100,7 @@ def checksum_tensors(tensors: Iterable[torch.Tensor]) -> str:
     crc = 0
     for t in tensors:
         if t.numel():
-            crc = zlib.crc32(t.reshape(-1).view(torch.uint8).numpy(), crc)
+            crc = zlib.crc32(t.reshape(-1).view(torch.uint8).numpy().data, crc)
     return f"crc32:{crc:08x}"
 
 
@@ -105,7 +110,8 @@ def node_path(kv_root: Path, fingerprint: str, key: str) -> Path:
 
 
 def make_store_dirs(root: Path, fingerprint: str) -> Path:
-    """Create ``root``, ``root/kv`` and the fingerprint's directory (0700); return the last.
+    """Create ``root``, ``root/kv`` and the fingerprint's directory (0700; an existing one
+    readable by others is tightened with a warning); return the last.
 
     Raises ValueError when a path component is not a directory and PermissionError when
     the directory cannot be created or written, naming the path.
@@ -113,17 +119,8 @@ def make_store_dirs(root: Path, fingerprint: str) -> Path:
     if root.exists() and not root.is_dir():
         raise ValueError(f"store path {str(root)!r} exists and is not a directory")
     fp_dir = node_path(root / "kv", fingerprint, "x").parent
-    try:
-        for d in (root, root / "kv", fp_dir):
-            if not d.is_dir():
-                d.mkdir(mode=0o700, parents=True)
-                os.chmod(d, 0o700)  # mkdir's mode is filtered by the umask
-    except (NotADirectoryError, FileExistsError) as exc:
-        raise ValueError(f"cannot create store directory {str(root)!r}: {exc}") from None
-    except PermissionError as exc:
-        raise PermissionError(f"cannot create store directory {str(root)!r}: {exc}") from None
-    if not os.access(fp_dir, os.W_OK | os.X_OK):
-        raise PermissionError(f"store directory {str(fp_dir)!r} is not writable")
+    for d in (root, root / "kv", fp_dir):
+        private_dir(d)
     return fp_dir
 
 
@@ -158,6 +155,31 @@ class DirectoryLock:
             self._fd = None
 
 
+class WriteLock:
+    """An exclusive flock on ``directory/name`` held while a node's file and row change together:
+    publishing a file + inserting its row, or deleting rows + their files. Without it another
+    process's delete could unlink a file whose row this process just inserted."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self._fd: int | None = None
+        if fcntl is not None:
+            self._fd = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __enter__(self) -> WriteLock:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 def sweep_files(kv_root: Path, keep: set[Path]) -> int:
     """Delete temp files and node files not in ``keep`` under ``kv_root/*/``; return the count."""
     removed = 0
@@ -188,14 +210,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_node_file(
+def write_node_temp(
     final: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]
-) -> int:
-    """Write ``tensors`` to ``final`` atomically and durably; return the file size.
+) -> tuple[Path, int]:
+    """Write ``tensors`` to a fresh temp file beside ``final`` (fsynced); return it and its size.
 
-    Temp file in the same directory, fsync, ``os.replace``, fsync the directory: after a
-    crash the final name holds either nothing, the old file or the complete new one.
-    """
+    Publish it with :func:`publish_node`; on any error the temp file is removed."""
     tmp = final.with_name(f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{NODE_SUFFIX}")
     # Serialize in memory and write our own temp file: safetensors' save_file() writes through
     # a temp file of its own (".tmpXXXXXX"), which a kill would leave under a name we don't own.
@@ -207,14 +227,31 @@ def write_node_file(
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
-            size = len(payload)
         finally:
             os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp, len(payload)
+
+
+def publish_node(tmp: Path, final: Path) -> None:
+    """``os.replace`` the temp file onto ``final`` and fsync the directory: after a crash the
+    final name holds either nothing, the old file or the complete new one."""
+    try:
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(final.parent)
+
+
+def write_node_file(
+    final: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]
+) -> int:
+    """Write ``tensors`` to ``final`` atomically and durably; return the file size."""
+    tmp, size = write_node_temp(final, tensors, metadata)
+    publish_node(tmp, final)
     return size
 
 

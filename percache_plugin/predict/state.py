@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..sqlite_tx import Schema, connect
+
 __all__ = ["PredictionState"]
 
-_SCHEMA = """
+_SCHEMA = Schema("predict", 1, """
 CREATE TABLE IF NOT EXISTS predict_abstract (scope TEXT PRIMARY KEY, text TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS predict_pending (scope TEXT, chunk_id TEXT NOT NULL, added REAL NOT NULL,
     PRIMARY KEY (scope, chunk_id));
 CREATE TABLE IF NOT EXISTS predict_history (id INTEGER PRIMARY KEY AUTOINCREMENT, scope TEXT,
     question TEXT NOT NULL, asked REAL NOT NULL);
-"""
+""")
 _NULL = "\x00none"  # SQLite primary keys treat NULLs as distinct; store the None scope as a marker
 
 
@@ -30,9 +31,7 @@ class PredictionState:
     def __init__(self, db_path: Path | None, *, history_size: int = 20) -> None:
         self._lock = threading.RLock()
         self.history_size = history_size
-        self._db = sqlite3.connect(":memory:" if db_path is None else str(db_path),
-                                   check_same_thread=False, isolation_level=None, timeout=10)
-        self._db.executescript(_SCHEMA)
+        self._db = connect(db_path, _SCHEMA)
 
     # abstract -------------------------------------------------------------------------------
     def abstract(self, scope: str | None) -> str:

@@ -1,0 +1,34 @@
+"""Cache writes never fail a request: the answer matters more than remembering it."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .stats import GenerationStats, StatsTotals
+
+__all__ = ["WRITE_FAILURES", "best_effort"]
+
+log = logging.getLogger("percache")
+
+WRITE_FAILURES = (OSError, sqlite3.Error)
+"""What a failed cache write raises: a full disk, a read-only or locked database, a path taken."""
+
+
+@contextmanager
+def best_effort(what: str, totals: StatsTotals,
+                stats: GenerationStats | None = None) -> Iterator[None]:
+    """Run a cache write; on a write failure log a warning naming ``what``, count it in
+    ``stats.store_errors`` (if given) and the handle's ``totals``, and go on."""
+    try:
+        yield
+    except WRITE_FAILURES as exc:
+        log.warning("percache: %s failed (%s: %s); the answer is returned without it",
+                    what, type(exc).__name__, exc)
+        totals.store_errors += 1
+        if stats is not None:
+            stats.store_errors += 1

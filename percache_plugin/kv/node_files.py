@@ -1,0 +1,94 @@
+"""The file side of the K/V store: one directory per fingerprint, its locks and its sweep.
+
+Several stores (processes or handles) may share a directory: a shared flock on
+``kv/.lock`` tells whether any other is open (only a lone opener sweeps crash leftovers),
+and an exclusive flock on ``.kv.lock`` (:class:`~percache_plugin.kv.integrity.WriteLock`)
+is held while a node's file and row change together.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from .integrity import (
+    DirectoryLock,
+    TensorSpec,
+    WriteLock,
+    fsync_dir,
+    make_store_dirs,
+    node_path,
+    publish_node,
+    read_node_file,
+    sweep_files,
+    write_node_temp,
+)
+
+__all__ = ["NodeFiles"]
+
+log = logging.getLogger("percache_plugin.kv.store")
+
+
+class NodeFiles:
+    """Node files of one fingerprint under ``root/kv``."""
+
+    def __init__(self, root: Path, fingerprint: str) -> None:
+        self.root = root
+        self.fingerprint = fingerprint
+        self.dir = make_store_dirs(root, fingerprint)
+        self.write_lock = WriteLock(root, ".kv.lock")
+        self._dir_lock: DirectoryLock | None = None
+
+    def open_shared(self, all_rows: Callable[[], list[tuple[str, str]]],
+                    delete_rows: Callable[[Sequence[tuple[str, str]]], None]) -> None:
+        """Join the directory; if no other store has it open, sweep crash leftovers first:
+        temp files, files without a row and rows without a file."""
+        self._dir_lock = DirectoryLock(self.root / "kv")
+        if not self._dir_lock.exclusive:
+            return
+        try:
+            kv_root = self.root / "kv"
+            paths = {(fp, key): node_path(kv_root, fp, key) for fp, key in all_rows()}
+            removed = sweep_files(kv_root, keep=set(paths.values()))
+            lost = [row for row, path in paths.items() if not path.is_file()]
+            if lost:
+                delete_rows(lost)
+            if removed or lost:
+                log.warning("percache store %s: swept %d leftover file(s) and %d row(s) without "
+                            "a file", self.root, removed, len(lost))
+        finally:
+            self._dir_lock.share()
+
+    def file(self, key: str) -> Path:
+        return node_path(self.root / "kv", self.fingerprint, key)
+
+    def write_temp(self, key: str, tensors: Mapping[str, torch.Tensor],
+                   metadata: Mapping[str, str]) -> tuple[Path, int]:
+        """The node's bytes in a fresh temp file (see :func:`publish`)."""
+        if not self.dir.is_dir():  # deleted under a live store: recreate it
+            make_store_dirs(self.root, self.fingerprint)
+        return write_node_temp(self.file(key), tensors, metadata)
+
+    def publish(self, tmp: Path, key: str) -> None:
+        publish_node(tmp, self.file(key))
+
+    def read(self, key: str, *, expected_metadata: Mapping[str, str], layout: Sequence[TensorSpec],
+             checksum: str | None) -> dict[str, torch.Tensor]:
+        return read_node_file(self.file(key), expected_metadata=expected_metadata, layout=layout,
+                              checksum=checksum)
+
+    def unlink(self, keys: Iterable[str], on_error: Callable[[str, OSError], None]) -> None:
+        for key in keys:
+            try:
+                self.file(key).unlink(missing_ok=True)
+            except OSError as exc:  # e.g. a directory at the node's path
+                on_error(key, exc)
+        fsync_dir(self.dir)
+
+    def close(self) -> None:
+        for lock in (self._dir_lock, self.write_lock):
+            if lock is not None:
+                lock.close()

@@ -1,0 +1,214 @@
+"""The SQLite side of the K/V store: the ``kv_*`` tables of one fingerprint.
+
+Rows are the single source of truth for what the store holds; files without a row are
+leftovers. Every write is a ``BEGIN IMMEDIATE`` transaction, inserts are ``INSERT OR
+IGNORE`` (two processes storing the same node: the first row stands), so several
+processes and handles can share one database.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from ..sqlite_tx import BUSY_TIMEOUT_S, Schema, connect, transaction
+from .chunk import NodeInfo, StoreStats, node_info
+
+__all__ = ["DB_NAME", "KV_SCHEMA", "NODE_COLS", "NodeIndex", "is_write_failure", "layout_of",
+           "stored_fingerprints"]
+
+DB_NAME = "percache.sqlite3"
+_SCHEMA_VERSION = "1"
+_COUNTERS = ("hits", "misses", "corrupt", "evictions", "bytes_loaded", "bytes_written")
+KV_SCHEMA = Schema("kv", 1, """
+CREATE TABLE IF NOT EXISTS kv_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS kv_nodes (
+    fingerprint TEXT NOT NULL, key TEXT NOT NULL, parent TEXT,
+    n_tokens INTEGER NOT NULL, start INTEGER NOT NULL, nbytes INTEGER NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0, token_hash TEXT NOT NULL, checksum TEXT NOT NULL,
+    layout TEXT NOT NULL, created REAL NOT NULL, last_access REAL NOT NULL,
+    extra TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (fingerprint, key));
+CREATE INDEX IF NOT EXISTS kv_nodes_parent ON kv_nodes (fingerprint, parent);
+CREATE INDEX IF NOT EXISTS kv_nodes_tokens ON kv_nodes (fingerprint, token_hash);
+CREATE TABLE IF NOT EXISTS kv_counters (
+    fingerprint TEXT PRIMARY KEY, hits INTEGER NOT NULL DEFAULT 0,
+    misses INTEGER NOT NULL DEFAULT 0, corrupt INTEGER NOT NULL DEFAULT 0,
+    evictions INTEGER NOT NULL DEFAULT 0, bytes_loaded INTEGER NOT NULL DEFAULT 0,
+    bytes_written INTEGER NOT NULL DEFAULT 0);
+""")
+NODE_COLS = "key, parent, n_tokens, start, nbytes, hits, token_hash, created, last_access, extra"
+
+
+class NodeIndex:
+    """The rows of one fingerprint in the store's database (``path`` None: in memory).
+    Not thread-safe by itself: the store serializes calls."""
+
+    def __init__(self, path: Path | None, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+        self.db = connect(path, KV_SCHEMA)
+        try:
+            with self.tx():
+                row = self.db.execute("SELECT value FROM kv_meta WHERE name = 'schema'").fetchone()
+                if row is None:
+                    self.db.execute("INSERT INTO kv_meta VALUES ('schema', ?)", (_SCHEMA_VERSION,))
+                elif row[0] != _SCHEMA_VERSION:
+                    raise ValueError(f"store {path} has kv schema {row[0]}, expected {_SCHEMA_VERSION}")
+                self.db.execute("INSERT OR IGNORE INTO kv_counters (fingerprint) VALUES (?)",
+                                (fingerprint,))
+        except BaseException:
+            self.db.close()
+            raise
+
+    def tx(self) -> AbstractContextManager[None]:
+        return transaction(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- rows ----------------------------------------------------------------------------
+    def row(self, key: str, cols: str) -> tuple | None:
+        return self.db.execute(f"SELECT {cols} FROM kv_nodes WHERE fingerprint = ? AND key = ?",
+                               (self.fingerprint, key)).fetchone()
+
+    def insert(self, key: str, parent: str | None, n_tokens: int, start: int, nbytes: int,
+               token_hash: str, checksum: str, layout: str, extra: str) -> bool:
+        """Add a node's row (and its bytes to the counters); False if the key was taken."""
+        now = time.time()
+        with self.tx():
+            inserted = self.db.execute(
+                "INSERT OR IGNORE INTO kv_nodes (fingerprint, key, parent, n_tokens, start, nbytes,"
+                " token_hash, checksum, layout, created, last_access, extra)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (self.fingerprint, key, parent, n_tokens, start, nbytes, token_hash, checksum,
+                 layout, now, now, extra)).rowcount
+            if inserted:
+                self.bump(bytes_written=nbytes)
+        return bool(inserted)
+
+    def delete(self, keys: Sequence[str], **deltas: int) -> None:
+        with self.tx():
+            self.db.executemany("DELETE FROM kv_nodes WHERE fingerprint = ? AND key = ?",
+                                [(self.fingerprint, k) for k in keys])
+            if deltas:
+                self.bump(**deltas)
+
+    def touch(self, key: str, nbytes: int) -> None:
+        """Count a hit (raises on a read-only or full database: callers treat it as optional)."""
+        with self.tx():
+            self.db.execute("UPDATE kv_nodes SET hits = hits + 1, last_access = ?"
+                            " WHERE fingerprint = ? AND key = ?", (time.time(), self.fingerprint, key))
+            self.bump(hits=1, bytes_loaded=nbytes)
+
+    def bump(self, **deltas: int) -> None:
+        sets = ", ".join(f"{name} = {name} + ?" for name in deltas)
+        self.db.execute(f"UPDATE kv_counters SET {sets} WHERE fingerprint = ?",
+                        (*deltas.values(), self.fingerprint))
+
+    def count(self, **deltas: int) -> None:
+        with self.tx():
+            self.bump(**deltas)
+
+    # -- queries -------------------------------------------------------------------------
+    def all_rows(self) -> list[tuple[str, str]]:
+        """(fingerprint, key) of every node of every fingerprint (for the crash sweep)."""
+        return self.db.execute("SELECT fingerprint, key FROM kv_nodes").fetchall()
+
+    def delete_any(self, rows: Sequence[tuple[str, str]]) -> None:
+        with self.tx():
+            self.db.executemany("DELETE FROM kv_nodes WHERE fingerprint = ? AND key = ?", rows)
+
+    def nodes(self, where: str = "", params: tuple = ()) -> list[NodeInfo]:
+        rows = self.db.execute(f"SELECT {NODE_COLS} FROM kv_nodes WHERE fingerprint = ?{where}"
+                               " ORDER BY created, key", (self.fingerprint, *params)).fetchall()
+        return [node_info(r) for r in rows]
+
+    def subtree(self, key: str) -> list[str]:
+        return [k for (k,) in self.db.execute(
+            "WITH RECURSIVE sub(k) AS (SELECT key FROM kv_nodes WHERE fingerprint = ?1"
+            " AND key = ?2 UNION SELECT n.key FROM kv_nodes n JOIN sub ON n.parent = sub.k"
+            " WHERE n.fingerprint = ?1) SELECT k FROM sub", (self.fingerprint, key))]
+
+    def reaches(self, start_key: str, target: str) -> bool:
+        """Whether walking up the parent chain from ``start_key`` meets ``target``."""
+        row = self.db.execute(
+            "WITH RECURSIVE up(k) AS (SELECT ?1 UNION SELECT n.parent FROM kv_nodes n JOIN up"
+            " ON n.key = up.k WHERE n.fingerprint = ?2 AND n.parent IS NOT NULL)"
+            " SELECT 1 FROM up WHERE k = ?3 LIMIT 1", (start_key, self.fingerprint, target)
+        ).fetchone()
+        return row is not None
+
+    def total_bytes(self) -> int:
+        return int(self.db.execute("SELECT COALESCE(SUM(nbytes), 0) FROM kv_nodes"
+                                   " WHERE fingerprint = ?", (self.fingerprint,)).fetchone()[0])
+
+    def stats(self) -> StoreStats:
+        entries, total = self.db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(nbytes), 0) FROM kv_nodes WHERE fingerprint = ?",
+            (self.fingerprint,)).fetchone()
+        counters = self.db.execute(f"SELECT {', '.join(_COUNTERS)} FROM kv_counters"
+                                   " WHERE fingerprint = ?", (self.fingerprint,)).fetchone()
+        return StoreStats(entries, total, *(counters or (0,) * len(_COUNTERS)))
+
+    def victims(self, limit: int, protect: str | None) -> list[str]:
+        """LFU over leaves (fewest hits, then oldest access) until under ``limit`` bytes."""
+        rows = self.db.execute("SELECT key, parent, nbytes, hits, last_access, created"
+                               " FROM kv_nodes WHERE fingerprint = ?", (self.fingerprint,)).fetchall()
+        total = sum(r[2] for r in rows)
+        if total <= limit:
+            return []
+        by_key = {r[0]: r for r in rows}
+        n_children = Counter(r[1] for r in rows if r[1] in by_key)
+        heap = [(r[3], r[4], r[5], r[0]) for r in rows
+                if n_children[r[0]] == 0 and r[0] != protect]
+        heapq.heapify(heap)
+        victims: list[str] = []
+        while total > limit and heap:
+            key = heapq.heappop(heap)[3]
+            victims.append(key)
+            total -= by_key[key][2]
+            parent = by_key[key][1]
+            if parent in by_key:
+                n_children[parent] -= 1
+                if n_children[parent] == 0 and parent != protect:
+                    p = by_key[parent]
+                    heapq.heappush(heap, (p[3], p[4], p[5], p[0]))
+        if total > limit and protect is not None and protect in by_key and n_children[protect] == 0:
+            victims.append(protect)  # its own ancestors fill the limit
+        return victims
+
+
+def layout_of(layout_json: str) -> list[tuple[str, str, tuple[int, ...]]] | None:
+    """A row's recorded tensor layout, or None when the JSON is corrupt."""
+    try:
+        return [(str(n), str(d), tuple(int(x) for x in s)) for n, d, s in json.loads(layout_json)]
+    except (TypeError, ValueError):
+        return None
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """Errors a best-effort write absorbs: the disk, the file system or the database."""
+    return isinstance(exc, (OSError, sqlite3.Error))
+
+
+def stored_fingerprints(root: Path) -> dict[str, int]:
+    """Every model fingerprint with K/V nodes in the store at ``root``, and its node count,
+    read without opening the store for writing (nothing is created)."""
+    db_path = root.expanduser() / DB_NAME
+    if not db_path.is_file():
+        return {}
+    db = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    try:
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'kv_nodes'").fetchone() is None:
+            return {}
+        rows = db.execute("SELECT fingerprint, COUNT(*) FROM kv_nodes GROUP BY fingerprint"
+                          " ORDER BY fingerprint").fetchall()
+        return {str(fp): int(n) for fp, n in rows}
+    finally:
+        db.close()
