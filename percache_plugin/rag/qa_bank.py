@@ -17,6 +17,7 @@ per process: two instances on one file do not see each other's changes.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -55,6 +56,8 @@ __all__ = [
     "QAEntry",
     "QAMatch",
 ]
+
+log = logging.getLogger("percache")
 
 Origin = Literal["user", "predicted", "corrected"]
 DEFAULT_BYTE_LIMIT: Final = 100 * 2**20
@@ -122,8 +125,8 @@ class LookupResult:
     """``match``: the entry served, or ``None``. ``best``: the most similar candidate of
     the question's scope (``None`` if the scope is empty). ``rejected_by``: on a miss, the
     first guard the best candidate failed (``threshold``, ``terms``, ``stale``,
-    ``no_answer``, ``consistency``), or ``scope`` when only another scope holds a question above ``tau``
-    (that entry is not returned); ``None`` when nothing is stored."""
+    ``no_answer``, ``consistency``); ``None`` when the scope holds nothing. Nothing in a result
+    depends on what other scopes hold."""
 
     match: QAMatch | None
     best: QAMatch | None
@@ -521,14 +524,18 @@ class QABank:
                         "INSERT OR REPLACE INTO qa_meta VALUES ('embedder', ?), ('dim', ?)",
                         (self._embedder.name, str(dim)),
                     )
+                # Upsert: another process (or handle) may have stored this question meanwhile.
                 cursor = self._db.execute(
                     "INSERT INTO qa_entries (question, qkey, answer, scope, scope_key, sources, "
                     "created, last_access, origin, nbytes, vector) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (scope_key, qkey) DO "
+                    "UPDATE SET question = excluded.question, answer = excluded.answer, "
+                    "sources = excluded.sources, stale = 0, origin = excluded.origin, "
+                    "nbytes = excluded.nbytes, last_access = excluded.last_access RETURNING id",
                     (question, slot.key, answer, slot.scope, json.dumps(slot.scope), sources)
                     + (now, now, origin, slot.nbytes, vector.tobytes()),
                 )
-                entry_id = int(cursor.lastrowid or 0)
+                entry_id = int(cursor.fetchone()[0])
             victims = self._victims(self._total - old_bytes + slot.nbytes, entry_id)
             self._delete_rows(victims)
         if existing is not None:
@@ -537,6 +544,8 @@ class QABank:
         else:
             assert vector is not None
             self._dim = dim
+            if entry_id in self._slots:  # upserted onto a row this instance already knew
+                self._forget(entry_id)
             self._remember(entry_id, slot, vector)
         self._drop(victims)
         return entry_id
@@ -697,18 +706,21 @@ class QABank:
             self._counters["lookups"] += 1
             if served is not None:
                 entry_id, sim, verdict = served
-                with self._tx():
-                    self._db.execute(
-                        "UPDATE qa_entries SET hits = hits + 1, last_access = ? WHERE id = ?",
-                        (time.time(), entry_id),
-                    )
+                try:  # best-effort: a full disk or read-only store still serves answers
+                    with self._tx():
+                        self._db.execute(
+                            "UPDATE qa_entries SET hits = hits + 1, last_access = ? WHERE id = ?",
+                            (time.time(), entry_id),
+                        )
+                except sqlite3.Error as exc:
+                    self._counters["write_errors"] += 1
+                    log.warning("percache QA bank: counting a hit failed (%s)", exc)
                 self._counters["hits"] += 1
                 match = QAMatch(self._fetch(entry_id), sim, verdict.guards)
                 best = match if len(judged) == 1 else self._match(first)
                 return LookupResult(match, best, None)
+            # Never "scope": that would tell the caller what another scope holds.
             reason = first[2].rejected_by if first is not None else None
-            if reason in (None, "threshold") and self._elsewhere(vector, scope, tau):
-                reason = "scope"
             self._counters["misses"] += 1
             if reason is not None:
                 self._counters[f"rejected_{reason}"] += 1
@@ -719,14 +731,6 @@ class QABank:
             return None
         entry_id, sim, verdict = candidate
         return QAMatch(self._fetch(entry_id), sim, verdict.guards)
-
-    def _elsewhere(self, vector: np.ndarray, scope: str | None, tau: float) -> bool:
-        """Does another scope hold a question at least ``tau`` similar?"""
-        return any(
-            hits[0][1] >= tau
-            for other, part in self._parts.items()
-            if other != scope and (hits := part.search(vector, 1))
-        )
 
     def get(self, entry_id: int) -> QAEntry | None:
         with self._lock:
