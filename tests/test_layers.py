@@ -13,7 +13,8 @@ ROOT = Path(percache_plugin.__file__).parent
 # Lowest first. A module's layer is the one of its longest matching prefix.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
-    ("config", "segments", "stats", "fingerprint", "sqlite_tx", "rag.guards", "kv.recompute",
+    ("config", "segments", "stats", "fingerprint", "sqlite_tx", "filemodes", "best_effort",
+     "rag.guards", "kv.recompute",
      "predict.parse",
      "predict.templates", "prompts"),
     ("kv", "attention", "rag", "predict", "idle", "decode"),

@@ -2,7 +2,7 @@
 
 Several stores (processes or handles) may share a directory: a shared flock on
 ``kv/.lock`` tells whether any other is open (only a lone opener sweeps crash leftovers),
-and an exclusive flock on ``.kv.lock`` (:class:`~percache_plugin.kv.integrity.WriteLock`)
+and an exclusive flock on ``kv/.write.lock`` (:class:`~percache_plugin.kv.integrity.WriteLock`)
 is held while a node's file and row change together.
 """
 
@@ -39,7 +39,7 @@ class NodeFiles:
         self.root = root
         self.fingerprint = fingerprint
         self.dir = make_store_dirs(root, fingerprint)
-        self.write_lock = WriteLock(root, ".kv.lock")
+        self.write_lock = WriteLock(root / "kv", ".write.lock")
         self._dir_lock: DirectoryLock | None = None
 
     def open_shared(self, all_rows: Callable[[], list[tuple[str, str]]],

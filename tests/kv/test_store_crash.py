@@ -96,7 +96,7 @@ def _next_line(proc: subprocess.Popen, lines: queue.Queue[str | None], timeout: 
 
 
 def _files(root: Path) -> tuple[list[Path], list[Path]]:
-    files = [p for p in (root / "kv").rglob("*") if p.is_file() and p.name != ".lock"]
+    files = [p for p in (root / "kv").rglob("*") if p.is_file() and p.name not in (".lock", ".write.lock")]
     temps = [p for p in files if p.name.startswith(TEMP_PREFIX)]
     return temps, [p for p in files if p not in temps]
 
