@@ -2,22 +2,57 @@
 
 ``pc = percache_plugin.enable(model, tokenizer, store=path)`` switches a loaded causal LM to
 percache and returns a :class:`PerCache` handle.
+
+The names below are imported on first use (PEP 562), so ``import percache_plugin`` and the
+``percache`` console script do not load torch and transformers until something needs them.
 """
 
-from .assistant import Answer
-from .config import Config, ConfigError
-from .core.capabilities import Capabilities
-from .core.query import Query
-from .handle import PerCache, enable
-from .hooks.contexts import AssistantContext, EngineContext
-from .hooks.manager import DEFAULT_PLUGINS
-from .hooks.specs import hookimpl
-from .idle import IdleReport
-from .kv.planner import ReusePlan
-from .kv.store import ChunkKV
-from .rag.knowledge import AddReport
-from .segments import Prompt, PromptPiece, Segment, SegmentError
-from .stats import Generation, GenerationStats, StatsTotals
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .assistant import Answer
+    from .config import Config, ConfigError
+    from .core.capabilities import Capabilities
+    from .core.query import Query
+    from .handle import PerCache, enable
+    from .hooks.contexts import AssistantContext, EngineContext
+    from .hooks.manager import DEFAULT_PLUGINS
+    from .hooks.specs import hookimpl
+    from .idle import IdleReport
+    from .kv.planner import ReusePlan
+    from .kv.store import ChunkKV
+    from .rag.knowledge import AddReport
+    from .segments import Prompt, PromptPiece, Segment, SegmentError
+    from .stats import Generation, GenerationStats, StatsTotals
+
+# public name -> the module defining it
+_EXPORTS: dict[str, str] = {
+    "AddReport": "rag.knowledge",
+    "Answer": "assistant",
+    "AssistantContext": "hooks.contexts",
+    "Capabilities": "core.capabilities",
+    "ChunkKV": "kv.store",
+    "Config": "config",
+    "ConfigError": "config",
+    "DEFAULT_PLUGINS": "hooks.manager",
+    "EngineContext": "hooks.contexts",
+    "Generation": "stats",
+    "GenerationStats": "stats",
+    "IdleReport": "idle",
+    "PerCache": "handle",
+    "Prompt": "segments",
+    "PromptPiece": "segments",
+    "Query": "core.query",
+    "ReusePlan": "kv.planner",
+    "Segment": "segments",
+    "SegmentError": "segments",
+    "StatsTotals": "stats",
+    "enable": "handle",
+    "hookimpl": "hooks.specs",
+}
 
 __all__ = [
     "AddReport",
@@ -44,3 +79,16 @@ __all__ = [
     "hookimpl",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'percache_plugin' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,8 +1,8 @@
 """The ``percache`` console script.
 
 Every command lives in its own module exposing ``add_arguments(parser)`` and ``run(args)``;
-this file only maps command names to those modules (imported lazily, so ``percache plugins``
-does not pay for torch model loading code it does not use).
+this file only maps command names to those modules. A command's module is imported only when
+that command runs (``percache --help`` imports none of them, nor torch).
 """
 
 from __future__ import annotations
@@ -44,27 +44,40 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (hint: {self.prog} --help)\n")
 
 
-def _add(sub: argparse._SubParsersAction, name: str, module: str, help_text: str) -> None:
-    mod = importlib.import_module(module)
+def _add(sub: argparse._SubParsersAction, name: str, module: str, help_text: str, load: bool) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
+    if not load:  # listed in --help; its module is imported only when it runs
+        return
+    mod = importlib.import_module(module)
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the full traceback of an error instead of a one-line message")
     mod.add_arguments(p)
     p.set_defaults(run=mod.run)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: Sequence[str]) -> tuple[str | None, str | None]:
+    """The command and the bench name ``argv`` asks for (top-level options are flags only)."""
+    words = [a for a in argv if not a.startswith("-")]
+    command = words[0] if words else None
+    return command, (words[1] if command == "bench" and len(words) > 1 else None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv``, only the command it names has its module imported and its
+    arguments added (None: every command, e.g. for documentation)."""
+    command, bench_name = _chosen(argv) if argv is not None else (None, None)
+    load_all = argv is None
     p = _Parser(prog="percache", description="percache: predictive cache for personal RAG")
     p.add_argument("--version", action="version", version=f"percache {_version()}")
     p.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error instead of a one-line message")
     sub = p.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        _add(sub, name, module, help_text)
+        _add(sub, name, module, help_text, load_all or name == command)
     bench = sub.add_parser("bench", help="benchmarks (see docs/BENCHMARKS.md)")
     bsub = bench.add_subparsers(dest="bench", required=True)
     for name, (module, help_text) in BENCHMARKS.items():
-        _add(bsub, name, module, help_text)
+        _add(bsub, name, module, help_text, load_all or (command == "bench" and name == bench_name))
     return p
 
 
@@ -77,7 +90,8 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         result = args.run(args)
     except KeyboardInterrupt:

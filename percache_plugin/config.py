@@ -148,12 +148,17 @@ class Config:
             raise ConfigError(f"kv_byte_limit must be a positive int or None, got {self.kv_byte_limit!r}")
         if self.reuse not in ("exact", "shifted"):
             raise ConfigError(f"reuse must be 'exact' or 'shifted', got {self.reuse!r}")
-        from .kv.recompute import parse_strategy
+        from .kv.recompute import STRATEGIES, parse_strategy
 
-        try:
-            parse_strategy(self.recompute)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        # Built-in strategies are checked here; one a plugin registers is checked by the handle
+        # against its registry (enable() and configure()).
+        if not isinstance(self.recompute, str) or not self.recompute.partition(":")[0]:
+            raise ConfigError(f"recompute must be a strategy spec such as 'head:0.15', got {self.recompute!r}")
+        if self.recompute.partition(":")[0] in STRATEGIES:
+            try:
+                parse_strategy(self.recompute)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         if self.chat_template not in (None, True, False):
             raise ConfigError(f"chat_template must be None, True or False, got {self.chat_template!r}")
         if not isinstance(self.chunk_separator, str):

@@ -18,20 +18,23 @@ from typing import Any
 import pluggy
 import torch
 
-from .attention.backend import AttentionSwitch, install, uninstall
+from .attention.backend import AttentionSwitch, install, release, uninstall
+from .attention.profile import ModelProfile
 from .attention.rope import NotShiftable, RopeShifter
 from .attention.splice import SpliceCache
 from .config import Config, ConfigError
 from .core.capabilities import Capabilities
 from .core.preemption import Preempted, Preemption
+from .core.registry import Registry
 from .decode import context_limit, dtype_device, run_generate
 from .fingerprint import model_fingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
 from .kv.cache import empty_cache, slice_chunk
+from .kv.recompute import RecomputeStrategy, parse_strategy
 from .kv.store import KVStore
 from .reuse import PlanError, ReuseRunner
-from .segments import Prompt, Segment, build_prompt, node_key, normalize_segments
+from .segments import Prompt, Segment, node_key, normalize_segments
 from .stats import Generation, GenerationStats, StatsTotals
 
 __all__ = ["Engine", "Capabilities", "Prefilled"]
@@ -79,15 +82,20 @@ class Engine:
             path, fingerprint=self.fingerprint, byte_limit=config.kv_byte_limit,
             storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums,
         )
-        self._use_template = self._template_choice(config)
+        use_template = self._template_choice(config)
         self.n_parameters = sum(p.numel() for p in model.parameters())
         self._reuse: ReuseRunner | None = None
         self._switch: AttentionSwitch = install(model, self._relay)
         self._enabled = True
         self._closed = False
+        self.recompute_strategies: Registry[RecomputeStrategy] = Registry("recompute strategy")
+        self.hooks.register_recompute_strategies(self.recompute_strategies.register)
+        self.model_profiles: Registry[ModelProfile] = Registry("model profile")
+        self.hooks.register_model_profiles(self.model_profiles.register)
+        self._check_recompute(config)
         self.shifter, shift_reason = self._shifter()
         self.ctx = EngineContext(config, self.store, self._capabilities(shift_reason), self.hooks,
-                                 self.fingerprint)
+                                 self.fingerprint, tokenizer, use_template, self.recompute_strategies)
         self._reuse = ReuseRunner(model, self.ctx, self.shifter)
 
     @property
@@ -112,7 +120,8 @@ class Engine:
         if not self._switch.active:
             return None, "needs the attention hook (splice masks): " + self._switch.reason
         try:
-            return RopeShifter.from_model(self.model, self.hooks.model_profile(self.model)), ""
+            return RopeShifter.from_model(self.model, self.hooks.model_profile(self.model),
+                                          table=self.model_profiles), ""
         except NotShiftable as exc:
             return None, exc.reason
 
@@ -153,14 +162,17 @@ class Engine:
                 self._enabled = False
             if not self._closed:
                 self._closed = True
+                release(self.model, self._relay)
                 self.store.close()
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
         """The model without the plugin inside the block (computes every token, no store)."""
         with self.lock:
-            if not self._enabled or self._closed:
-                raise RuntimeError("handle is already disabled")
+            if self._closed:
+                raise RuntimeError("this percache handle was closed; call enable() again")
+            if not self._enabled:
+                raise RuntimeError("the handle is already disabled (nested disabled() blocks)")
             uninstall(self.model, self._switch)
             self._enabled = False
             try:
@@ -170,19 +182,37 @@ class Engine:
                     self.model.set_attn_implementation(self._switch.name)
                 self._enabled = True
 
+    def _check_recompute(self, config: Config) -> None:
+        try:
+            parse_strategy(config.recompute, self.recompute_strategies)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def check(self, config: Config, changed: set[str]) -> None:
+        """Raise :class:`ConfigError` if ``config`` cannot apply to this engine."""
+        if "chat_template" in changed:
+            self._template_choice(config)
+        if "recompute" in changed:
+            self._check_recompute(config)
+
     def configure(self, config: Config, changed: set[str]) -> None:
-        """Apply new settings (validated by the caller); a new K/V byte limit evicts at once."""
-        self.ctx.config = config
+        """Apply new settings (checked with :meth:`check`); a new K/V byte limit evicts at once,
+        a new storage dtype or checksum setting applies to the next writes and reads."""
+        if "chat_template" in changed:
+            self.ctx.use_template = self._template_choice(config)
         if "kv_byte_limit" in changed:
             self.store.set_byte_limit(config.kv_byte_limit)
+        if "storage_dtype" in changed:
+            self.store.storage_dtype = config.torch_storage_dtype
+        if "verify_checksums" in changed:
+            self.store.verify = config.verify_checksums
+        self.ctx.config = config
 
     # -- requests -----------------------------------------------------------------------
     def prompt(self, segments: Sequence[str | Segment]) -> Prompt:
-        """Tokenize segments the way :meth:`generate` does (each on its own)."""
-        return build_prompt(
-            normalize_segments(segments), self.tokenizer, fingerprint=self.fingerprint,
-            use_template=self._use_template, separator=self.config.chunk_separator,
-        )
+        """Tokenize segments the way :meth:`generate` does (the ``percache_build_prompt`` hook;
+        by default each segment on its own)."""
+        return self.hooks.build_prompt(self.ctx, normalize_segments(segments))
 
     def _check_length(self, prompt: Prompt, max_new: int) -> None:
         limit = context_limit(self.model)
@@ -241,7 +271,7 @@ class Engine:
         ``finish(cache, generation, completed)`` that stores what a completed request computed,
         accounts it and fires ``request_end`` (once ``request_start`` fired)."""
         if self._closed:
-            raise RuntimeError("this percache handle was disabled; call enable() again")
+            raise RuntimeError("this percache handle was closed; call enable() again")
         prompt = self.prompt(segments)
         self._check_length(prompt, max_new)
         stats = GenerationStats(prompt_tokens=prompt.n_tokens)

@@ -184,24 +184,35 @@ class PerCache:
 
     # -- settings and life cycle -----------------------------------------------------------
     def configure(self, **changes: Any) -> Config:
-        """Change settings at run time (validated like :func:`enable`'s keywords); a new
-        ``kv_byte_limit`` applies at once (evicting if needed)."""
+        """Change settings at run time, validated like :func:`enable`'s keywords. Every field
+        takes effect from the next call (a new ``kv_byte_limit`` or ``qa_byte_limit`` evicts at
+        once; ``storage_dtype`` and ``verify_checksums`` apply to the next writes and reads;
+        ``chunk_words`` to documents added from now on). A change that cannot apply raises
+        :class:`ConfigError` and changes nothing: ``embedder`` once the banks hold vectors of
+        another one, ``chat_template=True`` for a tokenizer without a template."""
         with self.engine.lock:
             old = self.config
-            self.engine.configure(old.replace(**changes), set(changes))
-            self.assistant.configure(old, set(changes))
+            new = old.replace(**changes)
+            changed = {k for k in changes if getattr(new, k) != getattr(old, k)}
+            self.engine.check(new, changed)
+            self.assistant.check(new, changed)
+            self.engine.configure(new, changed)
+            self.assistant.configure(old, changed)
             return self.config
 
-    def disable(self) -> None:
-        """Restore the model's own attention; the handle can no longer serve requests."""
+    def close(self) -> None:
+        """End the handle: stop the idle worker, restore the model's own attention, close the
+        store and the banks. Requests on a closed handle raise; ``enable()`` again for a new one.
+        (:meth:`disabled` is the reversible switch.)"""
         self.assistant.stop_idle_worker()
         with self.engine.lock:
             if not self.engine.closed:
                 self.assistant.close()
             self.engine.close()
 
-    def close(self) -> None:
-        self.disable()
+    def disable(self) -> None:
+        """The same as :meth:`close` (kept for code written against 0.1)."""
+        self.close()
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[PerCache]:
@@ -220,16 +231,21 @@ class PerCache:
         return f"PerCache({self.capabilities.summary()}, store={self.store.path or 'memory'})"
 
 
-def enable(model: Any, tokenizer: Any, store: str | Path | None = None, *,
-           plugins: Sequence[object] = (), **config: Any) -> PerCache:
+def enable(model: Any, tokenizer: Any, store: str | Path | None = None, config: Config | None = None,
+           *, plugins: Sequence[object] = (), **overrides: Any) -> PerCache:
     """Switch ``model`` to percache and return its handle.
 
     :param model: a loaded transformers causal LM.
     :param tokenizer: its tokenizer.
     :param store: None for an in-memory store, or a directory for a persistent one.
+    :param config: a :class:`Config` (None: the defaults).
     :param plugins: plugins to register before the handle is built (needed for hooks consulted
         once at enable time, such as ``percache_model_profile``); others can be registered later
         with ``pc.plugins.register``.
-    :param config: :class:`Config` fields as keyword arguments (unknown keys raise ``ConfigError``).
+    :param overrides: :class:`Config` fields as keyword arguments, applied over ``config``
+        (unknown keys raise ``ConfigError``).
     """
-    return PerCache(model, tokenizer, store, Config.from_kwargs(**config), plugins)
+    if config is not None and not isinstance(config, Config):
+        raise TypeError(f"config must be a percache_plugin.Config or None, got {type(config).__name__}")
+    base = config if config is not None else Config()
+    return PerCache(model, tokenizer, store, base.replace(**overrides) if overrides else base, plugins)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -37,7 +38,7 @@ class IdleTask:
     """
 
     id: int
-    kind: TaskKind
+    kind: str
     question: str
     scope: str | None
     created: float
@@ -85,17 +86,20 @@ class IdleQueue:
     """FIFO of :class:`IdleTask`; the same (kind, question, scope) is queued once.
 
     :param db_path: the store's SQLite file, or None for memory.
+    :param kinds: the task kinds that may be queued (default: the built-in ones; a handle
+        passes its registry, which plugins extend).
     """
 
-    def __init__(self, db_path: Path | None) -> None:
+    def __init__(self, db_path: Path | None, *, kinds: Collection[str] = TASK_KINDS) -> None:
+        self._kinds = kinds
         self._lock = threading.RLock()
         self._db = connect(db_path, _SCHEMA)
 
-    def push(self, kind: TaskKind, question: str, scope: str | None, *, delay_s: float = 0.0) -> bool:
+    def push(self, kind: TaskKind | str, question: str, scope: str | None, *, delay_s: float = 0.0) -> bool:
         """Queue a task, runnable after ``delay_s`` (a quiet period); False if the same task is
         already queued (its start is then pushed back by the new quiet period)."""
-        if kind not in TASK_KINDS:
-            raise ValueError(f"unknown idle task kind {kind!r}; known: {TASK_KINDS}")
+        if kind not in self._kinds:
+            raise ValueError(f"unknown idle task kind {kind!r}; known: {sorted(self._kinds)}")
         now = time.time()
         with self._lock:
             cur = self._db.execute(

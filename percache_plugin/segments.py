@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Segment", "PromptPiece", "Prompt", "SegmentError", "normalize_segments", "build_prompt", "node_key"]
+__all__ = ["Segment", "PromptPiece", "Prompt", "SegmentError", "normalize_segments", "build_prompt",
+           "chain_pieces", "node_key"]
 
 SegmentKind = Literal["system", "chunk", "query"]
 _SENTINEL = "\u2063PERCACHE-SEGMENT-{}\u2063"
@@ -163,13 +164,23 @@ def build_prompt(
     if not use_template:
         # BOS (if the tokenizer adds one) belongs to the first segment.
         prefix_ids = list(tokenizer("", add_special_tokens=True)["input_ids"])
+    ids = [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
+    ids[0] = prefix_ids + ids[0]
+    return chain_pieces(segments, ids, fingerprint=fingerprint)
+
+
+def chain_pieces(segments: Sequence[Segment], token_ids: Sequence[Sequence[int]], *,
+                 fingerprint: str) -> Prompt:
+    """A prompt from segments already tokenized (``token_ids[i]`` are segment i's ids): lays
+    the pieces end to end and chains the reusable ones into prefix-tree keys. A prompt-building
+    plugin that tokenizes in its own way uses this so its keys match the store's."""
+    if len(token_ids) != len(segments):
+        raise SegmentError(f"{len(segments)} segments but {len(token_ids)} token id lists")
     pieces: list[PromptPiece] = []
     start, parent = 0, None
     cacheable = True  # a reusable segment after a query-like break would not be a prefix
-    for i, (seg, text) in enumerate(zip(segments, texts, strict=True)):
-        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-        if i == 0:
-            ids = prefix_ids + ids
+    for i, (seg, seg_ids) in enumerate(zip(segments, token_ids, strict=True)):
+        ids = [int(t) for t in seg_ids]
         if not ids:
             raise SegmentError(f"segment {i} ({seg.kind}) tokenizes to nothing")
         key = None

@@ -60,9 +60,12 @@ def test_not_a_model() -> None:
         percache.enable(object(), None)
 
 
-def test_disabled_handle_refuses_requests() -> None:
+def test_closed_handle_refuses_requests() -> None:
     model, tok = tiny_pair("llama")
     pc = percache.enable(model, tok)
-    pc.disable()
-    with pytest.raises(RuntimeError, match="disabled"):
+    pc.close()
+    with pytest.raises(RuntimeError, match="closed"):
         pc.generate(SEGMENTS)
+    with pytest.raises(RuntimeError, match="closed"):
+        with pc.disabled():
+            pass

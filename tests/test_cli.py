@@ -30,3 +30,24 @@ def test_unknown_command_is_an_error(capsys: pytest.CaptureFixture[str]) -> None
         cli.main(["frobnicate"])
     assert exc.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_help_imports_no_command_module_nor_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom percache_plugin import cli\ntry:\n    cli.main(['--help'])\n"
+            "except SystemExit:\n    pass\n"
+            "loaded = [m for m in sys.modules if m in ('torch', 'transformers') or "
+            "m.startswith(('percache_plugin.bench', 'percache_plugin.demo', 'percache_plugin.conformance'))]\n"
+            "print('LOADED', loaded)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "LOADED []" in out, out
+
+
+def test_a_command_loads_only_its_module(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = cli.build_parser(["bench", "qa", "--help"])
+    bench = next(a for a in parser._subparsers._group_actions).choices["bench"]  # type: ignore[union-attr]
+    loaded = {n for n, p in next(a for a in bench._subparsers._group_actions).choices.items()  # type: ignore[union-attr]
+              if p.get_default("run") is not None}
+    assert loaded == {"qa"}

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..best_effort import best_effort
+from ..config import ConfigError
 from ..core.query import Query
+from ..core.registry import Registry
 from ..engine import Engine
 from ..hooks.contexts import AssistantContext
 from ..idle import IdleQueue, IdleReport, IdleTask
@@ -24,6 +26,7 @@ from .ask import Answer, ask
 from .disputes import correct as correct_entry
 from .scheduler import (
     BackgroundStats,
+    TaskRunner,
     after_documents,
     after_question,
     queue_conversions,
@@ -45,6 +48,8 @@ class Assistant:
         self._idle_queue: IdleQueue | None = None
         self._prediction_state: PredictionState | None = None
         self._worker: IdleWorker | None = None
+        self.task_runners: Registry[TaskRunner] = Registry("idle task kind")
+        engine.hooks.register_idle_tasks(self.task_runners.register)
         self.ctx = AssistantContext(engine.ctx, lambda: self.embedder, lambda: self.idle_queue)
 
     @property
@@ -97,7 +102,7 @@ class Assistant:
     def idle_queue(self) -> IdleQueue:
         """Work deferred to idle time (persistent with an on-disk store)."""
         if self._idle_queue is None:
-            self._idle_queue = IdleQueue(self._db_path())
+            self._idle_queue = IdleQueue(self._db_path(), kinds=self.task_runners)
         return self._idle_queue
 
     @property
@@ -165,8 +170,22 @@ class Assistant:
         return sum(self.idle_queue.push("predict_history", f"manual round {r + 1}", scope)
                    for r in range(rounds))
 
+    def check(self, config: Any, changed: set[str]) -> None:
+        """Raise :class:`ConfigError` if ``config`` cannot apply (a new embedder once vectors
+        of the current one exist: they would not be comparable)."""
+        if "embedder" in changed and self._embedder is not None:
+            raise ConfigError(
+                f"embedder cannot change once the banks hold vectors of {self._embedder.name!r}; "
+                "use a new store (or set it in enable())")
+
     def configure(self, old: Any, changed: set[str]) -> None:
-        """React to new settings: the QA byte limit, and conversions between K/V and QA."""
+        """React to new settings (checked with :meth:`check`): the embedder, chunk size and QA
+        byte limit, and conversions between K/V and QA."""
+        if "embedder" in changed:
+            self._embedder = None  # not loaded yet (check() refused otherwise): load the new one
+        knowledge = self._builtin(KNOWLEDGE_PLUGIN)
+        if "chunk_words" in changed and isinstance(knowledge, KnowledgeRetrieval):
+            knowledge.set_chunk_words(self.config.chunk_words)
         bank = self.builtin_qa_bank() if "qa_byte_limit" in changed else None
         if bank is not None:
             bank.set_byte_limit(self.config.qa_byte_limit)

@@ -4,6 +4,7 @@ what it cost (PerCache 4.3)."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import zlib
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 from ..core.preemption import Preempted
+from ..hooks.specs import hookimpl
 from ..idle import IdleReport, IdleTask
 from ..predict.parse import parse_questions
 from ..predict.templates import load_template
@@ -25,9 +27,11 @@ from .disputes import contradicts, dispute_paraphrases
 if TYPE_CHECKING:
     from .assistant import Assistant
 
-__all__ = ["BackgroundStats", "TaskCost", "Preempted", "run_idle", "population_mode", "round_seed",
-           "queue_conversions", "after_documents", "after_question", "queue_knowledge_predictions",
-           "spread"]
+__all__ = ["BUILTIN_TASKS", "BuiltinIdleTasks", "TaskRunner", "BackgroundStats", "TaskCost", "Preempted",
+           "run_idle", "population_mode", "round_seed", "queue_conversions", "after_documents",
+           "after_question", "queue_knowledge_predictions", "spread"]
+
+log = logging.getLogger("percache")
 
 _ABSTRACT_SYSTEM = "You summarize the user's notes."
 _PREDICT_SYSTEM = "You help a personal assistant anticipate the user's questions."
@@ -272,16 +276,31 @@ def _answer(a: Assistant, task: IdleTask, report: IdleReport) -> None:
         report.disputed += len(dispute_paraphrases(a, served[0], include_self=True))
 
 
-_RUNNERS = {
+TaskRunner = Callable[["Assistant", IdleTask, IdleReport], None]
+
+BUILTIN_TASKS: dict[str, TaskRunner] = {
     "answer": _answer, "refresh": _answer, "abstract": _abstract,
     "predict_knowledge": _predict, "predict_history": _predict,
     "populate": _populate, "decode": _decode, "reprefill": _reprefill,
 }
 
 
+class BuiltinIdleTasks:
+    """Registers the built-in idle task kinds (a plugin; replace a kind by registering it again)."""
+
+    @hookimpl(tryfirst=True)
+    def percache_register_idle_tasks(self, register: Callable[[str, TaskRunner], None]) -> None:
+        for kind, runner in BUILTIN_TASKS.items():
+            register(kind, runner)
+
+
 def run_task(a: Assistant, task: IdleTask, report: IdleReport) -> None:
     """Run one task; it leaves the queue only if it finished (not on error or preemption)."""
-    _RUNNERS[task.kind](a, task, report)
+    if task.kind not in a.task_runners:  # queued by a plugin that is gone: drop it, say so
+        log.warning("percache: dropping idle task of unregistered kind %r", task.kind)
+        a.idle_queue.done(task)
+        return
+    a.task_runners[task.kind](a, task, report)
     a.idle_queue.done(task)
     cost = a.background_stats.by_kind.setdefault(task.kind, TaskCost())
     cost.tasks += 1

@@ -1,14 +1,15 @@
 """Registers the percache attention (and mask) function and switches a model to it.
 
-transformers looks attention functions up by name in a library-wide registry. Each handle
-registers its own name (``percache_<id>``), bound to its relay, so two models enabled in one
-process never share hooks. The registered function holds the relay weakly: after ``disable()``
-the name stays registered (transformers has no unregister) but points at nothing.
+transformers looks attention functions up by name in a process-wide registry that has no
+unregister. percache registers two names, once per process whatever the number of handles:
+``percache_sdpa`` and ``percache_eager`` (the mask function differs). The registered function
+dispatches on the attention module it is called for: :func:`install` maps every module of a
+model to its handle's relay (held weakly), :func:`release` drops the mapping when the handle
+closes, so two models enabled in one process never share hooks.
 """
 
 from __future__ import annotations
 
-import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,11 +19,16 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-__all__ = ["AttentionSwitch", "install", "uninstall", "PREFIX"]
+__all__ = ["AttentionSwitch", "install", "uninstall", "release", "PREFIX", "NAMES"]
 
 PREFIX = "percache"
+NAMES: dict[str, str] = {"sdpa": f"{PREFIX}_sdpa", "eager": f"{PREFIX}_eager"}
 
 Relay = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+
+# The one piece of process state: attention module -> its handle's relay (both weak). It
+# mirrors transformers' own process-wide registry, which maps names, not modules.
+_RELAYS: weakref.WeakKeyDictionary[torch.nn.Module, weakref.ref[Relay]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -43,23 +49,26 @@ class AttentionSwitch:
     reason: str = ""
 
 
-def _weak_relay(relay: Relay) -> Relay:
-    ref = weakref.WeakMethod(relay) if hasattr(relay, "__self__") else weakref.ref(relay)
+def percache_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The registered attention function: calls the relay of the handle ``module`` belongs to."""
+    ref = _RELAYS.get(module)
+    target = ref() if ref is not None else None
+    if target is None:
+        raise RuntimeError(
+            f"{type(module).__name__} runs percache attention but belongs to no open percache "
+            "handle (closed or garbage-collected)")
+    return target(module, query, key, value, attention_mask, **kwargs)
 
-    def percache_attention_forward(
-        module: torch.nn.Module,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        **kwargs: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        target = ref()
-        if target is None:
-            raise RuntimeError("this percache handle was disabled or garbage-collected")
-        return target(module, query, key, value, attention_mask, **kwargs)
 
-    return percache_attention_forward
+def _ref(relay: Relay) -> weakref.ref[Relay]:
+    return weakref.WeakMethod(relay) if hasattr(relay, "__self__") else weakref.ref(relay)  # type: ignore[arg-type]
 
 
 def _current(model: torch.nn.Module) -> str:
@@ -67,13 +76,18 @@ def _current(model: torch.nn.Module) -> str:
 
 
 def install(model: Any, relay: Relay) -> AttentionSwitch:
-    """Register ``relay`` under a fresh name and switch ``model`` to it; verify it took."""
+    """Route ``model``'s attention modules to ``relay`` and switch the model to the percache
+    attention function (registered under its fixed name; registering again is a no-op
+    replacement with the same function); verify it took."""
     previous = _current(model)
     backend = "sdpa" if getattr(model, "_supports_sdpa", False) else "eager"
-    name = f"{PREFIX}_{uuid.uuid4().hex[:12]}"
-    AttentionInterface.register(name, _weak_relay(relay))
+    name = NAMES[backend]
+    AttentionInterface.register(name, percache_attention_forward)
     # Without a mask function of the same name every layer silently receives mask=None.
     AttentionMaskInterface.register(name, sdpa_mask if backend == "sdpa" else eager_mask)
+    ref = _ref(relay)
+    for module in model.modules():
+        _RELAYS[module] = ref
     if not model._can_set_attn_implementation():
         return AttentionSwitch(
             name, previous, False, backend,
@@ -99,3 +113,11 @@ def uninstall(model: Any, switch: AttentionSwitch) -> None:
         raise RuntimeError(
             f"could not restore attention implementation {switch.previous!r} (now {_current(model)!r})"
         )
+
+
+def release(model: Any, relay: Relay) -> None:
+    """Forget ``model``'s modules that route to ``relay`` (the handle closes)."""
+    for module in model.modules():
+        ref = _RELAYS.get(module)
+        if ref is not None and ref() == relay:
+            del _RELAYS[module]

@@ -186,8 +186,10 @@ def rotary_modules(model: nn.Module) -> tuple[nn.Module, ...]:
     )
 
 
-def resolve_profile(model: nn.Module, override: ModelProfile | None = None) -> ModelProfile:
-    """The profile of ``model``: ``override`` if given, else the table entry, else a guess.
+def resolve_profile(model: nn.Module, override: ModelProfile | None = None,
+                    table: Mapping[str, ModelProfile] | None = None) -> ModelProfile:
+    """The profile of ``model``: ``override`` if given, else the entry of ``table`` (default
+    :data:`PROFILES`; a handle passes its registry), else a guess.
 
     For RoPE profiles, fields left ``None`` (``rotary_dims``, ``layer_rope``) are filled in from
     the config: ``head_dim`` times the partial rotary factor, and per layer the RoPE set named
@@ -205,7 +207,7 @@ def resolve_profile(model: nn.Module, override: ModelProfile | None = None) -> M
             raise TypeError(f"override must be a ModelProfile, got {type(override).__name__}")
         entry = override
     else:
-        entry = PROFILES.get(config.model_type) or _guess(model, config)
+        entry = (PROFILES if table is None else table).get(config.model_type) or _guess(model, config)
         flag = _ALIBI_FLAGS.get(entry.model_type)
         if flag is not None and getattr(config, flag, False):
             return ModelProfile(entry.model_type, "none", notes=_ALIBI_NOTE)

@@ -87,8 +87,10 @@ class RopeShifter:
             )
 
     @classmethod
-    def from_model(cls, model: nn.Module, profile: ModelProfile | None = None) -> RopeShifter:
-        """Snapshot ``model``'s RoPE frequencies; ``profile`` overrides the table entry.
+    def from_model(cls, model: nn.Module, profile: ModelProfile | None = None, *,
+                   table: Mapping[str, ModelProfile] | None = None) -> RopeShifter:
+        """Snapshot ``model``'s RoPE frequencies; ``profile`` overrides the entry of ``table``
+        (default: the built-in table).
 
         :raises NotShiftable: the model has learned or no positions, a RoPE type whose phase
             depends on sequence length (dynamic NTK, longrope) or an unknown one, no rotary
@@ -97,7 +99,7 @@ class RopeShifter:
         :raises TypeError: ``model`` is not a transformers model with a config.
         """
         try:
-            profile = resolve_profile(model, profile)
+            profile = resolve_profile(model, profile, table)
         except ValueError as exc:  # unknown family, or one a ModelProfile cannot describe
             raise NotShiftable(str(exc)) from exc
         name = profile.model_type

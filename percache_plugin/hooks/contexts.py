@@ -8,9 +8,9 @@ built once per handle; ``config`` always holds the handle's current settings.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.capabilities import Capabilities
 from ..core.query import Query
@@ -18,6 +18,7 @@ from ..core.query import Query
 if TYPE_CHECKING:
     from ..config import Config
     from ..idle import IdleQueue
+    from ..kv.recompute import RecomputeStrategy
     from ..kv.store import KVStore
     from ..rag.embeddings import Embedder
     from .manager import Hooks
@@ -33,15 +34,23 @@ class EngineContext:
     :ivar capabilities: what percache can do on this model.
     :ivar hooks: the typed hook façade, to call other hooks.
     :ivar fingerprint: the model/tokenizer fingerprint the store is keyed by.
+    :ivar tokenizer: the model's tokenizer.
+    :ivar use_template: whether prompts are rendered with the tokenizer's chat template
+        (``config.chat_template`` resolved against the tokenizer).
+    :ivar recompute_strategies: the recompute strategies registered for this handle.
     """
 
     def __init__(self, config: Config, store: KVStore, capabilities: Capabilities, hooks: Hooks,
-                 fingerprint: str) -> None:
+                 fingerprint: str, tokenizer: Any, use_template: bool,
+                 recompute_strategies: Mapping[str, RecomputeStrategy]) -> None:
         self.config = config
         self.store = store
         self.capabilities = capabilities
         self.hooks = hooks
         self.fingerprint = fingerprint
+        self.tokenizer = tokenizer
+        self.use_template = use_template
+        self.recompute_strategies = recompute_strategies
 
     def __repr__(self) -> str:
         return f"EngineContext({self.capabilities.model_type}, store={self.store.path or 'memory'})"

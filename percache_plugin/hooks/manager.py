@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -14,14 +14,15 @@ from .specs import PROJECT
 if TYPE_CHECKING:
     import torch
 
+    from ..attention.profile import ModelProfile
     from ..core.query import Query
     from ..kv.planner import ReusePlan
-    from ..kv.recompute import RecomputeContext
+    from ..kv.recompute import RecomputeContext, RecomputeStrategy
     from ..kv.store import ChunkKV
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
-    from ..segments import Prompt, PromptPiece
+    from ..segments import Prompt, PromptPiece, Segment
     from ..stats import Generation, GenerationStats
     from .contexts import AssistantContext, EngineContext
 
@@ -33,12 +34,15 @@ ENTRY_POINT_GROUP = PROJECT
 # "module:Class" of each built-in plugin; instantiated with no arguments, one per handle.
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:DefaultAttention",
+    "percache_plugin.plugins.builtin:PromptBuilder",
     "percache_plugin.plugins.builtin:ExactPrefixPlanner",
     "percache_plugin.plugins.builtin:StoreBackedKV",
     "percache_plugin.plugins.builtin:ConfiguredRecompute",
     "percache_plugin.plugins.banks:KnowledgeRetrieval",
     "percache_plugin.plugins.banks:QABankPlugin",
+    "percache_plugin.plugins.builtin:BuiltinProfiles",
     "percache_plugin.plugins.builtin:RequestLog",
+    "percache_plugin.assistant.scheduler:BuiltinIdleTasks",
 )
 
 
@@ -86,6 +90,12 @@ class Hooks:
         if out is None:
             raise RuntimeError("no plugin computed attention (was DefaultAttention unregistered?)")
         return out  # type: ignore[no-any-return]
+
+    def build_prompt(self, ctx: EngineContext, segments: list[Segment]) -> Prompt:
+        prompt = self._hook.percache_build_prompt(ctx=ctx, segments=segments)
+        if prompt is None:
+            raise RuntimeError("no plugin built the prompt (was PromptBuilder unregistered?)")
+        return prompt  # type: ignore[no-any-return]
 
     def plan_reuse(self, ctx: EngineContext, prompt: Prompt) -> ReusePlan:
         from ..kv.planner import ReusePlan
@@ -139,6 +149,15 @@ class Hooks:
 
     def close(self, ctx: AssistantContext) -> None:
         self._hook.percache_close(ctx=ctx)
+
+    def register_recompute_strategies(self, register: Callable[[str, RecomputeStrategy], None]) -> None:
+        self._hook.percache_register_recompute_strategies(register=register)
+
+    def register_model_profiles(self, register: Callable[[str, ModelProfile], None]) -> None:
+        self._hook.percache_register_model_profiles(register=register)
+
+    def register_idle_tasks(self, register: Callable[[str, Any], None]) -> None:
+        self._hook.percache_register_idle_tasks(register=register)
 
     def model_profile(self, model: torch.nn.Module) -> Any:
         return self._hook.percache_model_profile(model=model)

@@ -13,7 +13,7 @@ and the ask() pipeline's hooks an :class:`~percache_plugin.hooks.contexts.Assist
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -21,14 +21,15 @@ import pluggy
 if TYPE_CHECKING:
     import torch
 
+    from ..attention.profile import ModelProfile
     from ..core.query import Query
     from ..kv.planner import ReusePlan
-    from ..kv.recompute import RecomputeContext
+    from ..kv.recompute import RecomputeContext, RecomputeStrategy
     from ..kv.store import ChunkKV
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
-    from ..segments import Prompt, PromptPiece
+    from ..segments import Prompt, PromptPiece, Segment
     from ..stats import Generation, GenerationStats
     from .contexts import AssistantContext, EngineContext
 
@@ -67,6 +68,21 @@ def percache_attention(
     :param kwargs: the remaining keyword arguments of the attention call (``scaling``, ``dropout``,
         ``sliding_window``, ``softcap``, ``position_ids`` ...); mutate to pass changes on.
     :return: ``(attn_output [batch, q_len, heads, head_dim], attn_weights or None)``.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_build_prompt(ctx: EngineContext, segments: list[Segment]) -> Prompt | None:
+    """Turn a request's segments into prompt pieces with prefix-tree keys. firstresult.
+
+    The default tokenizes every segment on its own (``ctx.tokenizer``, the chat template when
+    ``ctx.use_template``) so a chunk's ids do not depend on its neighbours. A plugin that has
+    token ids already, or renders turns its own way, returns
+    :func:`percache_plugin.segments.chain_pieces` of its ids so the keys match the store's.
+
+    :param ctx: the engine context.
+    :param segments: the validated segments, ``[system?, chunk..., query]``.
+    :return: the :class:`~percache_plugin.segments.Prompt`, or None to defer to the next plugin.
     """
 
 
@@ -244,6 +260,42 @@ def percache_close(ctx: AssistantContext) -> None:
     """The handle is closing: release what the plugin holds. Every implementation is called.
 
     :param ctx: the assistant context.
+    """
+
+
+@hookspec
+def percache_register_recompute_strategies(register: Callable[[str, RecomputeStrategy], None]) -> None:
+    """Add recompute strategies, by name, for ``Config.recompute`` (``"name"`` or
+    ``"name:amount"``). Every implementation is called, the built-ins first; registering a
+    name again replaces the earlier entry. Collected once, when the handle is built.
+
+    :param register: ``register(name, RecomputeStrategy(choose, takes_amount, max_amount))``.
+    """
+
+
+@hookspec
+def percache_register_model_profiles(register: Callable[[str, ModelProfile], None]) -> None:
+    """Describe model families by ``model_type`` (how positions enter attention, the RoPE
+    layout). Every implementation is called, the built-in table first; a later entry for the
+    same ``model_type`` replaces it. Collected once, when the handle is built;
+    :func:`percache_model_profile` (one model) still wins over the registry.
+
+    :param register: ``register(model_type, ModelProfile(...))``.
+    """
+
+
+@hookspec
+def percache_register_idle_tasks(register: Callable[[str, Any], None]) -> None:
+    """Add kinds of idle-time work. Every implementation is called, the built-ins first
+    (``answer``, ``refresh``, ``abstract``, ``predict_knowledge``, ``predict_history``,
+    ``populate``, ``decode``, ``reprefill``); a later entry of a kind replaces it. Tasks of a
+    registered kind can be queued with ``pc.idle_queue.push(kind, question, scope)``.
+
+    :param register: ``register(kind, runner)``; ``runner(assistant, task, report)`` runs one
+        :class:`~percache_plugin.idle.IdleTask` (``assistant.engine.generate``, ``assistant.hooks``,
+        ``assistant.ctx``) and adds what it computed to the
+        :class:`~percache_plugin.idle.IdleReport`; raising
+        :class:`~percache_plugin.core.preemption.Preempted` leaves the task queued.
     """
 
 

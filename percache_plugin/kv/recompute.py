@@ -11,12 +11,12 @@ fraction of each chunk's tokens when below 1 (``head:0.1``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["RecomputeContext", "parse_strategy", "STRATEGIES"]
+__all__ = ["RecomputeContext", "RecomputeStrategy", "parse_strategy", "STRATEGIES"]
 
 
 @dataclass
@@ -67,28 +67,51 @@ def _deviation(ctx: RecomputeContext, amount: float) -> list[int]:
     return sorted(cand[top].tolist())
 
 
-STRATEGIES: dict[str, Callable[[RecomputeContext, float], list[int]]] = {
-    "none": lambda ctx, _: [],
-    "all": lambda ctx, _: ctx.candidates.tolist(),
-    "head": _head,
-    "tail": _tail,
-    "deviation": _deviation,
+@dataclass(frozen=True)
+class RecomputeStrategy:
+    """A named way to choose positions to recompute.
+
+    :ivar choose: ``choose(context, amount)`` returns prompt positions (among
+        ``context.candidates``).
+    :ivar takes_amount: whether the spec carries ``:amount`` (``head:4``) or none (``all``).
+    :ivar max_amount: the largest amount allowed (None: unbounded).
+    """
+
+    choose: Callable[[RecomputeContext, float], list[int]]
+    takes_amount: bool = False
+    max_amount: float | None = None
+
+
+STRATEGIES: dict[str, RecomputeStrategy] = {
+    "none": RecomputeStrategy(lambda ctx, _: []),
+    "all": RecomputeStrategy(lambda ctx, _: ctx.candidates.tolist()),
+    "head": RecomputeStrategy(_head, takes_amount=True),
+    "tail": RecomputeStrategy(_tail, takes_amount=True),
+    "deviation": RecomputeStrategy(_deviation, takes_amount=True, max_amount=1.0),
 }
+"""The built-in strategies (registered by the built-in recompute plugin)."""
 
 
-def parse_strategy(spec: str) -> Callable[[RecomputeContext], list[int]]:
-    """``"head:4"`` -> a function of the context; raises ValueError naming a bad spec."""
+def parse_strategy(spec: str, strategies: Mapping[str, RecomputeStrategy] | None = None,
+                   ) -> Callable[[RecomputeContext], list[int]]:
+    """``"head:4"`` -> a function of the context; raises ValueError naming a bad spec.
+
+    :param strategies: the known strategies by name (default: the built-in ones).
+    """
+    known = STRATEGIES if strategies is None else strategies
+    if not isinstance(spec, str):
+        raise ValueError(f"recompute strategy must be a str, got {spec!r}")
     name, _, arg = spec.partition(":")
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown recompute strategy {name!r} in {spec!r}; known: {sorted(STRATEGIES)}")
-    needs_arg = name in ("head", "tail", "deviation")
-    if needs_arg != bool(arg):
-        raise ValueError(f"recompute strategy {spec!r}: {name} {'needs' if needs_arg else 'takes no'} argument")
+    if name not in known:
+        raise ValueError(f"unknown recompute strategy {name!r} in {spec!r}; known: {sorted(known)}")
+    strategy = known[name]
+    if strategy.takes_amount != bool(arg):
+        raise ValueError(f"recompute strategy {spec!r}: {name} "
+                         f"{'needs' if strategy.takes_amount else 'takes no'} argument")
     try:
         amount = float(arg) if arg else 0.0
     except ValueError:
         raise ValueError(f"recompute strategy {spec!r}: {arg!r} is not a number") from None
-    if amount < 0 or (name == "deviation" and amount > 1):
+    if amount < 0 or (strategy.max_amount is not None and amount > strategy.max_amount):
         raise ValueError(f"recompute strategy {spec!r}: amount out of range")
-    fn = STRATEGIES[name]
-    return lambda ctx: fn(ctx, amount)
+    return lambda ctx: strategy.choose(ctx, amount)

@@ -42,6 +42,11 @@ class KnowledgeRetrieval:
                                        chunk_words=ctx.config.chunk_words)
         return self._bank
 
+    def set_chunk_words(self, words: int) -> None:
+        """Chunk size for documents added from now on (chunks already indexed stay)."""
+        if self._bank is not None:
+            self._bank.chunk_words = words
+
     @hookimpl(trylast=True)
     def percache_retrieve(self, ctx: AssistantContext, query: Query, k: int,
                           scope: str | None) -> list[Chunk]:

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from ..attention.profile import PROFILES, ModelProfile
 from ..hooks.specs import hookimpl
 from ..kv.planner import ReusePlan, longest_cached_prefix, plan_shifted
-from ..kv.recompute import RecomputeContext, parse_strategy
+from ..kv.recompute import STRATEGIES, RecomputeContext, RecomputeStrategy, parse_strategy
+from ..segments import build_prompt
 
 if TYPE_CHECKING:
     from ..hooks.contexts import EngineContext
     from ..kv.store import ChunkKV
-    from ..segments import Prompt, PromptPiece
+    from ..segments import Prompt, PromptPiece, Segment
     from ..stats import Generation, GenerationStats
 
-__all__ = ["DefaultAttention", "ExactPrefixPlanner", "ConfiguredRecompute", "StoreBackedKV", "RequestLog"]
+__all__ = ["DefaultAttention", "PromptBuilder", "BuiltinProfiles", "ExactPrefixPlanner", "ConfiguredRecompute", "StoreBackedKV", "RequestLog"]
 
 log = logging.getLogger("percache")
 
@@ -50,6 +53,15 @@ class DefaultAttention:
         return fn(module, query, key, value, attention_mask, **kwargs)
 
 
+class PromptBuilder:
+    """Each segment tokenized on its own, glued by the chat template (or the plain layout)."""
+
+    @hookimpl(trylast=True)
+    def percache_build_prompt(self, ctx: EngineContext, segments: list[Segment]) -> Prompt:
+        return build_prompt(segments, ctx.tokenizer, fingerprint=ctx.fingerprint,
+                            use_template=ctx.use_template, separator=ctx.config.chunk_separator)
+
+
 class ExactPrefixPlanner:
     """Serve the longest exactly cached chunk prefix; with ``reuse="shifted"`` on a model that
     supports it, also every later chunk the store holds at another position."""
@@ -65,13 +77,19 @@ class ExactPrefixPlanner:
 
 
 class ConfiguredRecompute:
-    """The recompute strategy named by ``ctx.config.recompute``."""
+    """The recompute strategy named by ``ctx.config.recompute``, from the handle's registry
+    (the built-in strategies, then any a plugin registers)."""
+
+    @hookimpl(tryfirst=True)
+    def percache_register_recompute_strategies(self, register: Callable[[str, RecomputeStrategy], None]) -> None:
+        for name, strategy in STRATEGIES.items():
+            register(name, strategy)
 
     @hookimpl(trylast=True)
     def percache_select_recompute(
         self, ctx: EngineContext, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
     ) -> list[int]:
-        return parse_strategy(ctx.config.recompute)(context)
+        return parse_strategy(ctx.config.recompute, ctx.recompute_strategies)(context)
 
 
 class StoreBackedKV:
@@ -94,6 +112,15 @@ class StoreBackedKV:
         ctx.store.put(key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids,
                       extra=extra)
         return True
+
+
+class BuiltinProfiles:
+    """The model families percache knows (:data:`~percache_plugin.attention.profile.PROFILES`)."""
+
+    @hookimpl(tryfirst=True)
+    def percache_register_model_profiles(self, register: Callable[[str, ModelProfile], None]) -> None:
+        for model_type, profile in PROFILES.items():
+            register(model_type, profile)
 
 
 class RequestLog:

@@ -59,9 +59,8 @@ class Recorder:
 
 def test_every_hook_is_exercised() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, reuse="shifted", embedder="hash")
     rec = Recorder()
-    pc.plugins.register(rec)
+    pc = percache.enable(model, tok, reuse="shifted", embedder="hash", plugins=[rec])  # register_*
     pc.generate(SEGMENTS, max_new_tokens=2)  # miss: store
     pc.generate(SEGMENTS, max_new_tokens=2)  # hit: plan + load
     pc.generate([SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[-1]], max_new_tokens=2)  # shifted
@@ -93,3 +92,26 @@ def test_default_plugins_are_registered_and_replaceable() -> None:
     assert pc.generate(SEGMENTS, max_new_tokens=2).stats.tokens_reused == 0
     pc.plugins.unregister(plugin)
     assert pc.generate(SEGMENTS, max_new_tokens=2).stats.tokens_reused > 0
+
+
+def test_prompt_building_hook_replaces_tokenization() -> None:
+    from percache_plugin.segments import chain_pieces
+
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+
+    class FixedIds:
+        """Builds prompts from token ids it already has (one id per character here)."""
+
+        @percache.hookimpl
+        def percache_build_prompt(self, ctx: Any, segments: Any) -> percache.Prompt:
+            ids = [[3 + (ord(ch) % 50) for ch in s.text] for s in segments]
+            return chain_pieces(segments, ids, fingerprint=ctx.fingerprint)
+
+    pc.plugins.register(FixedIds())
+    prompt = pc.prompt(SEGMENTS)
+    assert prompt.pieces[0].token_ids == tuple(3 + (ord(c) % 50) for c in SEGMENTS[0])
+    first = pc.generate(SEGMENTS, max_new_tokens=2)
+    again = pc.generate(SEGMENTS, max_new_tokens=2)
+    assert first.stats.tokens_reused == 0 and again.stats.tokens_reused > 0  # keys chain as usual
+    pc.close()
