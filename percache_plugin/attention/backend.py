@@ -19,6 +19,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
+from .hf_private import attn_implementation, can_set_attn_implementation, supports_sdpa
+
 __all__ = ["AttentionSwitch", "install", "uninstall", "release", "PREFIX", "NAMES"]
 
 PREFIX = "percache"
@@ -72,7 +74,7 @@ def _ref(relay: Relay) -> weakref.ref[Relay]:
 
 
 def _current(model: torch.nn.Module) -> str:
-    return str(model.config._attn_implementation)
+    return attn_implementation(model)
 
 
 def install(model: Any, relay: Relay) -> AttentionSwitch:
@@ -80,7 +82,7 @@ def install(model: Any, relay: Relay) -> AttentionSwitch:
     attention function (registered under its fixed name; registering again is a no-op
     replacement with the same function); verify it took."""
     previous = _current(model)
-    backend = "sdpa" if getattr(model, "_supports_sdpa", False) else "eager"
+    backend = "sdpa" if supports_sdpa(model) else "eager"
     name = NAMES[backend]
     AttentionInterface.register(name, percache_attention_forward)
     # Without a mask function of the same name every layer silently receives mask=None.
@@ -88,7 +90,7 @@ def install(model: Any, relay: Relay) -> AttentionSwitch:
     ref = _ref(relay)
     for module in model.modules():
         _RELAYS[module] = ref
-    if not model._can_set_attn_implementation():
+    if not can_set_attn_implementation(model):
         return AttentionSwitch(
             name, previous, False, backend,
             reason=f"{type(model).__name__} does not route attention through AttentionInterface",

@@ -1,28 +1,67 @@
 """SpliceCache: a cache that holds injected K/V for positions [0, L) and writes freshly computed
 K/V at arbitrary (non-contiguous) positions.
 
-transformers 5 calls ``Cache.update(k, v, layer_idx)`` without positions, so the positions of a
-forward are announced beforehand with ``with cache.splice(positions):``. The default causal mask
-assumes contiguous queries after the cached part, so during a splice the attention hook replaces
-it with :func:`splice_mask`, built from the true positions (and the layer's sliding window).
+Built from transformers' public cache seams: a :class:`SpliceLayer` is a ``DynamicLayer`` whose
+``update`` writes at announced positions, and :class:`SpliceCache` is a ``Cache`` made of such
+layers. transformers 5 calls ``Cache.update(k, v, layer_idx)`` without positions, so the
+positions of a forward are announced beforehand with ``with cache.splice(positions):``. The
+default causal mask assumes contiguous queries after the cached part, so during a splice the
+attention hook replaces it with :func:`splice_mask`, built from the true positions (and the
+layer's sliding window).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import Cache, DynamicLayer
 
-__all__ = ["SpliceCache", "splice_mask", "ProbeDone"]
+__all__ = ["SpliceCache", "SpliceLayer", "splice_mask", "ProbeDone"]
 
 
 class ProbeDone(Exception):  # noqa: N818 - a control-flow signal, not an error
     """Raised by a probing splice once the probed layer's fresh K/V is captured."""
 
 
-class SpliceCache(DynamicCache):
+class _SpliceState:
+    """What a forward through the cache announced: its positions, and a layer to probe."""
+
+    def __init__(self) -> None:
+        self.positions: torch.Tensor | None = None
+        self.probe_layer: int | None = None
+        self.probed: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+class SpliceLayer(DynamicLayer):
+    """A ``DynamicLayer`` that, during a splice, writes the new K/V at the announced positions
+    (in place) and returns the whole layer; outside a splice it appends like its parent."""
+
+    def __init__(self, state: _SpliceState, index: int) -> None:
+        super().__init__()
+        self._state = state
+        self._index = index
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = self._state.positions
+        if pos is None:
+            return super().update(key_states, value_states, *args, **kwargs)
+        if key_states.shape[-2] != pos.numel():
+            raise RuntimeError(
+                f"splice announced {pos.numel()} positions, layer {self._index} got {key_states.shape[-2]}")
+        if self._state.probe_layer == self._index:
+            self._state.probed = (key_states.detach().clone(), value_states.detach().clone())
+            raise ProbeDone
+        pos = pos.to(self.keys.device)
+        self.keys.index_copy_(-2, pos, key_states.to(self.keys.dtype))
+        self.values.index_copy_(-2, pos, value_states.to(self.values.dtype))
+        return self.keys, self.values
+
+
+class SpliceCache(Cache):
     """A full-length cache (batch of one) whose slots can be overwritten at given positions.
 
     :param keys: per layer ``[1, kv_heads, L, head_dim]``; slots not yet computed may hold anything.
@@ -30,18 +69,24 @@ class SpliceCache(DynamicCache):
     """
 
     def __init__(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
-        super().__init__(ddp_cache_data=list(zip(keys, values, strict=True)))
-        self._positions: torch.Tensor | None = None
-        self._probe_layer: int | None = None
-        self.probed: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._state = _SpliceState()
+        layers = [SpliceLayer(self._state, i) for i in range(len(keys))]
+        super().__init__(layers=layers)
+        for layer, k, v in zip(layers, keys, values, strict=True):
+            layer.update(k, v)  # the first update of an empty layer holds exactly (k, v)
 
     @property
     def splicing(self) -> bool:
-        return self._positions is not None
+        return self._state.positions is not None
 
     @property
     def positions(self) -> torch.Tensor | None:
-        return self._positions
+        return self._state.positions
+
+    @property
+    def probed(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The fresh K/V of the probed layer, after a probing splice."""
+        return self._state.probed
 
     @contextlib.contextmanager
     def splice(self, positions: torch.Tensor, *, probe_layer: int | None = None) -> Iterator[SpliceCache]:
@@ -55,29 +100,12 @@ class SpliceCache(DynamicCache):
             raise ValueError("a splice needs at least one position")
         if bool((pos[1:] <= pos[:-1]).any()) or int(pos[0]) < 0 or int(pos[-1]) >= length:
             raise ValueError(f"splice positions must be sorted, unique and within [0, {length})")
-        self._positions, self._probe_layer, self.probed = pos, probe_layer, None
+        state = self._state
+        state.positions, state.probe_layer, state.probed = pos, probe_layer, None
         try:
             yield self
         finally:
-            self._positions, self._probe_layer = None, None
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
-               *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._positions is None:
-            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        if key_states.shape[-2] != self._positions.numel():
-            raise RuntimeError(
-                f"splice announced {self._positions.numel()} positions, layer {layer_idx} got "
-                f"{key_states.shape[-2]}"
-            )
-        layer = self.layers[layer_idx]
-        if self._probe_layer == layer_idx:
-            self.probed = (key_states.detach().clone(), value_states.detach().clone())
-            raise ProbeDone
-        pos = self._positions.to(layer.keys.device)
-        layer.keys.index_copy_(-2, pos, key_states.to(layer.keys.dtype))
-        layer.values.index_copy_(-2, pos, value_states.to(layer.values.dtype))
-        return layer.keys, layer.values
+            state.positions, state.probe_layer = None, None
 
 
 def splice_mask(

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..attention.hf_private import attn_implementation
 from ..handle import PerCache, enable
 from ..stats import Generation
 
@@ -142,14 +143,14 @@ def open_handle(subject: Subject, *, model: Any = None, store: str | Path | None
     before the handle is built, and on exit disable it and verify the model's attention
     implementation is restored."""
     target = subject.model if model is None else model
-    before = str(target.config._attn_implementation)
+    before = attn_implementation(target)
     pc = enable(target, subject.tokenizer, store=store, plugins=subject.options.plugins,
                 **{**subject.options.engine_config, **config})
     try:
         yield pc
     finally:
         pc.disable()
-    after = str(target.config._attn_implementation)
+    after = attn_implementation(target)
     if after != before:
         raise RuntimeError(f"disable() left attention implementation {after!r}, was {before!r}")
 

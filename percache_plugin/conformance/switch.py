@@ -11,6 +11,8 @@ from torch import nn
 from transformers import DynamicCache
 
 from ..attention.backend import PREFIX
+from ..attention.hf_private import attn_implementation
+from ..attention.hf_private import check as check_private
 from ..attention.profile import text_config
 from ..hooks.specs import hookimpl
 from .result import Outcome, failed, not_applicable, passed
@@ -48,16 +50,20 @@ def _ids(subject: Subject, text: str) -> torch.Tensor:
 
 
 def check_attention_switch(subject: Subject) -> Outcome:
-    """The model routes attention through percache, and the hook fires once per attention layer
-    per forward (a prefill and one decoding step)."""
+    """The private transformers attributes percache reads still exist, the model routes
+    attention through percache, and the hook fires once per attention layer per forward (a
+    prefill and one decoding step)."""
     model = subject.model
+    problems = check_private(model)
+    if problems:  # transformers changed an attribute percache reads (attention/hf_private.py)
+        return failed("transformers changed what percache relies on: " + "; ".join(problems))
     with open_handle(subject) as pc:
         caps = pc.capabilities
         if not caps.attention_hook:
             return not_applicable(
                 f"attention is not interface-based ({caps.reasons.get('attention_hook', '?')}); "
                 "exact reuse still works through a plain cache")
-        impl = str(model.config._attn_implementation)
+        impl = attn_implementation(model)
         if not impl.startswith(PREFIX):
             return failed(f"the switch reported success but the model uses {impl!r}")
         counter = _LayerCounter()

@@ -22,14 +22,14 @@ def cache_from_chunks(chunks: Sequence[ChunkKV], dtype: torch.dtype, device: tor
     """A fresh cache holding the chunks' K/V back to back (batch of one).
 
     Always a new tensor per layer (``torch.cat``), so ``generate`` may mutate the cache freely.
+    Built through the public ``Cache.update`` (one call per layer on an empty cache).
     """
-    n_layers = len(chunks[0].keys)
-    data = []
-    for layer in range(n_layers):
+    cache = empty_cache()
+    for layer in range(len(chunks[0].keys)):
         k = torch.cat([c.keys[layer] for c in chunks], dim=1).to(device=device, dtype=dtype)
         v = torch.cat([c.values[layer] for c in chunks], dim=1).to(device=device, dtype=dtype)
-        data.append((k.unsqueeze(0), v.unsqueeze(0)))
-    return DynamicCache(ddp_cache_data=data)
+        cache.update(k.unsqueeze(0), v.unsqueeze(0), layer)
+    return cache
 
 
 def slice_chunk(cache: DynamicCache, start: int, end: int) -> ChunkKV:
