@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .kv.store import ChunkKV
     from .rag.knowledge import AddReport
     from .segments import Prompt, PromptPiece, Segment, SegmentError
+    from .session import ChatStats, MessageTooLong, Reply, SessionInfo, UnknownSession
     from .stats import Generation, GenerationStats, StatsTotals
 
 # public name -> the module defining it
@@ -50,6 +51,11 @@ _EXPORTS: dict[str, str] = {
     "Segment": "segments",
     "SegmentError": "segments",
     "StatsTotals": "stats",
+    "ChatStats": "session",
+    "MessageTooLong": "session",
+    "Reply": "session",
+    "SessionInfo": "session",
+    "UnknownSession": "session",
     "enable": "handle",
     "hookimpl": "hooks.specs",
 }
@@ -59,6 +65,7 @@ __all__ = [
     "Answer",
     "AssistantContext",
     "Capabilities",
+    "ChatStats",
     "ChunkKV",
     "Config",
     "ConfigError",
@@ -67,14 +74,18 @@ __all__ = [
     "Generation",
     "GenerationStats",
     "IdleReport",
+    "MessageTooLong",
     "PerCache",
     "Prompt",
     "PromptPiece",
     "Query",
+    "Reply",
     "ReusePlan",
     "Segment",
     "SegmentError",
+    "SessionInfo",
     "StatsTotals",
+    "UnknownSession",
     "enable",
     "hookimpl",
 ]

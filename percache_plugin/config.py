@@ -136,6 +136,29 @@ class Config:
         "Log one line per request at INFO level (logger 'percache') saying what was reused.",
         False,
     )
+    session_kv_tokens: int | None = _help(
+        "Token budget of each chat session's ephemeral region (its turns, user + reply); the "
+        "persistent region (system prompt, pinned turns) is not counted. When a turn would "
+        "exceed it, whole oldest unpinned turns leave the cache. None: unbounded.",
+        None,
+    )
+    session_eviction: Literal["exact", "shifted", "masked"] = _help(
+        "How evicted turns leave a session's cache: 'exact' drops them and recomputes the turns "
+        "after them (equals a fresh prefill of what remains); 'shifted' deletes their slots and "
+        "RoPE-shifts later keys back (approximate, reported in stats); 'masked' keeps the slots "
+        "but excludes them from attention (approximate; compacted in idle time).",
+        "exact",
+    )
+    session_low_water: float = _help(
+        "Eviction frees turns until the ephemeral region is at most this fraction of "
+        "session_kv_tokens (so exact recomputation is amortised over several turns).",
+        0.6,
+    )
+    session_recompute_head: int = _help(
+        "After 'shifted' eviction, recompute this many first tokens of the new oldest turn "
+        "(exact K/V again for them; later tokens stay shifted).",
+        0,
+    )
 
     def __post_init__(self) -> None:  # noqa: C901 - one check per field
         if self.storage_dtype is not None and self.storage_dtype not in _DTYPES:
@@ -189,6 +212,21 @@ class Config:
         if self.qa_byte_limit is not None and (
                 not isinstance(self.qa_byte_limit, int) or self.qa_byte_limit <= 0):
             raise ConfigError(f"qa_byte_limit must be a positive int or None, got {self.qa_byte_limit!r}")
+        self._check_session()
+
+    def _check_session(self) -> None:
+        budget = self.session_kv_tokens
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+            raise ConfigError(f"session_kv_tokens must be a positive int or None, got {budget!r}")
+        if self.session_eviction not in ("exact", "shifted", "masked"):
+            raise ConfigError("session_eviction must be 'exact', 'shifted' or 'masked', "
+                              f"got {self.session_eviction!r}")
+        if isinstance(self.session_low_water, bool) or not isinstance(self.session_low_water, (int, float)) \
+                or not 0.0 <= self.session_low_water <= 1.0:
+            raise ConfigError(f"session_low_water must be in [0, 1], got {self.session_low_water!r}")
+        head = self.session_recompute_head
+        if isinstance(head, bool) or not isinstance(head, int) or head < 0:
+            raise ConfigError(f"session_recompute_head must be an int >= 0, got {head!r}")
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> Config:

@@ -24,6 +24,8 @@ from .rag.embeddings import Embedder
 from .rag.knowledge import AddReport, KnowledgeBank
 from .rag.qa_bank import QABank, QAEntry
 from .segments import Prompt, Segment
+from .session.reply import Reply
+from .session.sessions import DEFAULT_SESSION, Sessions
 from .stats import Generation, StatsTotals
 
 __all__ = ["PerCache", "enable"]
@@ -34,12 +36,14 @@ class PerCache:
 
     :ivar engine: K/V reuse (generate, prefill, the store, the attention switch).
     :ivar assistant: ask(), the banks and idle work.
+    :ivar sessions: chat sessions (create, list, fork, reset, delete).
     """
 
     def __init__(self, model: Any, tokenizer: Any, store: str | Path | None, config: Config,
                  plugins: Sequence[object] = ()) -> None:
         self.engine = Engine(model, tokenizer, store, config, plugins)
         self.assistant = Assistant(self.engine)
+        self.sessions = Sessions(self.engine, self.engine.ctx.use_template)
 
     # -- what the handle is made of -------------------------------------------------------
     @property
@@ -137,6 +141,20 @@ class PerCache:
     def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
         """Whether every reusable piece of this prompt is in the store as an exact prefix."""
         return self.engine.kv_cached(segments)
+
+    def chat(self, message: str, session: str = DEFAULT_SESSION, **generate_kwargs: Any) -> Reply:
+        """One turn of a conversation: the session's K/V is carried from turn to turn, so only the
+        new message and the template glue are computed (``reply.stats`` says what was).
+
+        The conversation's ids are each turn's own ids (glue + message + generation prompt)
+        followed by the reply's generated ids, never re-tokenized. Calls on one session run one
+        after the other. Extra keyword arguments go to ``model.generate`` (``max_new_tokens``
+        defaults to 64).
+
+        :raises UnknownSession: ``session`` was never created (see :attr:`sessions`).
+        :raises MessageTooLong: the message and ``max_new_tokens`` exceed ``session_kv_tokens``
+            or the model's context."""
+        return self.sessions.chat(message, session, **generate_kwargs)
 
     def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:
         """Add documents (strings, UTF-8 bytes, mappings with ``text``/``id``/``scope``/``metadata``,

@@ -1,0 +1,94 @@
+"""One chat turn on a session: compute only what the session's cache lacks, then generate."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..decode import context_limit, run_generate
+from ..segments import Prompt, PromptPiece, Segment
+from .layout import ChatLayout
+from .reply import ChatStats, Reply
+from .state import Session, Turn, cache_bytes, cache_tokens
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+__all__ = ["ChatRunner", "MessageTooLong"]
+
+
+class MessageTooLong(ValueError):
+    """A message (plus the reply's token allowance) does not fit the session's budget or the
+    model's context."""
+
+
+class ChatRunner:
+    """Runs turns on sessions for one engine."""
+
+    def __init__(self, engine: Engine, layout: ChatLayout) -> None:
+        self.engine = engine
+        self.layout = layout
+
+    def _eos(self) -> set[int]:
+        eos = getattr(self.engine.model.generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = self.engine.tokenizer.eos_token_id
+        return set(eos) if isinstance(eos, list) else ({eos} if eos is not None else set())
+
+    def check_fits(self, session: Session, turn_ids: list[int], max_new: int) -> None:
+        budget = self.engine.config.session_kv_tokens
+        need = len(turn_ids) + max_new
+        if budget is not None and need > budget:
+            raise MessageTooLong(
+                f"message of {len(turn_ids)} tokens plus max_new_tokens={max_new} exceeds "
+                f"session_kv_tokens={budget}; shorten it or raise the budget")
+        limit = context_limit(self.engine.model)
+        if limit is not None and len(session.head_ids) + need > limit:
+            raise MessageTooLong(
+                f"message of {len(turn_ids)} tokens plus max_new_tokens={max_new} exceeds the "
+                f"model's context of {limit} tokens")
+
+    def turn(self, session: Session, message: str, stats: ChatStats, t0: float,
+             generate_kwargs: dict[str, Any]) -> Reply:
+        """Generate the reply to ``message`` (the caller holds the session's lock and has made
+        room); the session's cache ends holding every conversation position but at most one."""
+        if not isinstance(message, str) or not message:
+            raise ValueError(f"message must be a non-empty str, got {message!r}")
+        kwargs = dict(generate_kwargs)
+        kwargs.setdefault("max_new_tokens", 64)
+        turn_ids = self.layout.turn(message, session.glue())
+        self.check_fits(session, turn_ids, int(kwargs["max_new_tokens"]))
+        full = session.ids + turn_ids
+        cache = session.cache
+        cached = cache_tokens(cache)
+        stats.prompt_tokens = len(full)
+        stats.history_tokens = session.n_tokens
+        stats.tokens_reused = cached
+        prompt = Prompt((PromptPiece(Segment("", "query"), tuple(full), 0, None),))
+        try:
+            gen = run_generate(self.engine.model, self.engine.tokenizer, prompt, cache, cached,
+                               stats, kwargs, t0, None)
+        except BaseException:
+            cache.crop(cached)  # generate may have grown it part way
+            raise
+        new = list(gen.token_ids)
+        reply_ids = new[:-1] if new and new[-1] in self._eos() else new
+        turn = Turn(session.next_turn, message, turn_ids, reply_ids, gen.text)
+        session.turns.append(turn)
+        session.next_turn += 1
+        n = session.n_tokens
+        if cache_tokens(cache) > n:  # cannot happen with a DynamicCache; never serve beyond the ids
+            cache.crop(n)
+        if session.keep is not None and session.keep.numel() < cache_tokens(cache):
+            session.keep = _extend(session.keep, cache_tokens(cache))
+        stats.turn_id = turn.turn_id
+        stats.kv_tokens = cache_tokens(cache)
+        stats.kv_bytes = cache_bytes(cache)
+        stats.total_s = time.perf_counter() - t0
+        return Reply(gen.text, new, turn.turn_id, stats, full, gen.first_logits)
+
+
+def _extend(keep: Any, n: int) -> Any:
+    import torch
+
+    return torch.cat([keep, torch.ones(n - keep.numel(), dtype=torch.bool, device=keep.device)])

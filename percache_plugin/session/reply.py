@@ -1,0 +1,52 @@
+"""What a chat turn returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..stats import GenerationStats
+
+__all__ = ["ChatStats", "Reply"]
+
+
+@dataclass
+class ChatStats(GenerationStats):
+    """A chat turn's stats: the request's, plus what the session's cache did.
+
+    ``tokens_reused`` counts history positions served from the session's K/V and
+    ``tokens_computed`` the positions computed in this turn (the new message, the template glue,
+    the previous reply's last token, and anything recomputed after an eviction or a restart).
+    """
+
+    session: str = ""
+    turn_id: int = 0
+    history_tokens: int = 0  # conversation positions before this turn's user message
+    history_recomputed: int = 0  # of those, computed again (eviction, restart without snapshot)
+    turns_evicted: int = 0  # turns that left the cache before this turn
+    tokens_evicted: int = 0
+    eviction: str = ""  # the eviction mode used in this turn ("" when nothing was evicted)
+    kv_tokens: int = 0  # cache positions after the turn
+    kv_bytes: int = 0  # resident K/V bytes after the turn
+    restored_from: str = ""  # "snapshot" / "ids" when the session was loaded from the store
+
+
+@dataclass
+class Reply:
+    """The result of :meth:`PerCache.chat`.
+
+    :ivar text: the reply, decoded (special tokens skipped).
+    :ivar token_ids: the ids the model generated (the conversation keeps them as they are,
+        without a trailing end-of-turn token).
+    :ivar turn_id: the turn's id in its session.
+    :ivar prompt_ids: the conversation ids the model saw (all history in context + this turn).
+    :ivar first_logits: fp32 logits at the last prompt position.
+    """
+
+    text: str
+    token_ids: list[int]
+    turn_id: int
+    stats: ChatStats
+    prompt_ids: list[int] = field(repr=False, default_factory=list)
+    first_logits: torch.Tensor | None = field(default=None, repr=False)

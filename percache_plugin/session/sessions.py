@@ -1,0 +1,142 @@
+"""``pc.sessions``: the conversations of one handle (create, list, fork, reset, delete) and
+``pc.chat``, which runs a turn on one of them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .chat import ChatRunner
+from .layout import ChatLayout
+from .reply import ChatStats, Reply
+from .state import Session, cache_bytes, cache_tokens, share_cache
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+__all__ = ["Sessions", "SessionInfo", "UnknownSession", "DEFAULT_SESSION"]
+
+DEFAULT_SESSION = "default"
+
+
+class UnknownSession(KeyError):
+    """No session of that name; the message lists the known ones."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session at a glance (``pc.sessions.list()``)."""
+
+    name: str
+    turns: int  # turns still in context
+    evicted_turns: int
+    tokens: int  # conversation tokens in context
+    kv_tokens: int  # cache positions
+    kv_bytes: int
+    system: str | None
+
+
+class Sessions:
+    """The conversations of one handle. ``"default"`` exists from the start; other sessions
+    are made with :meth:`create` or :meth:`fork`."""
+
+    def __init__(self, engine: Engine, use_template: bool) -> None:
+        self._engine = engine
+        self._layout = ChatLayout(engine.tokenizer, use_template)
+        self._runner = ChatRunner(engine, self._layout)
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self.create(DEFAULT_SESSION)
+
+    @property
+    def layout(self) -> ChatLayout:
+        return self._layout
+
+    def _new(self, name: str, system: str | None) -> Session:
+        head, glue = self._layout.head(system)
+        return Session(name, system, head, glue)
+
+    def create(self, name: str, *, system: str | None = None) -> Session:
+        """A new, empty session; ``system`` is its system prompt (persistent, never evicted).
+
+        :raises ValueError: the name is taken or empty."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"session name must be a non-empty str, got {name!r}")
+        with self._lock:
+            if name in self._sessions:
+                raise ValueError(f"session {name!r} already exists (reset() or delete() it first)")
+            self._sessions[name] = session = self._new(name, system)
+            return session
+
+    def get(self, name: str) -> Session:
+        """The session ``name``.
+
+        :raises UnknownSession: no such session."""
+        with self._lock:
+            if name not in self._sessions:
+                known = ", ".join(sorted(self._sessions)) or "none"
+                raise UnknownSession(
+                    f"no session {name!r} (known: {known}); create it with pc.sessions.create()")
+            return self._sessions[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._sessions
+
+    def list(self) -> list[SessionInfo]:
+        """Every session, by name."""
+        with self._lock:
+            sessions = sorted(self._sessions.values(), key=lambda s: s.name)
+        return [SessionInfo(s.name, len(s.turns), s.evicted_turns, s.n_tokens,
+                            cache_tokens(s.cache), cache_bytes(s.cache), s.system) for s in sessions]
+
+    def fork(self, source: str, name: str) -> Session:
+        """A branch of ``source`` named ``name`` (candidate replies, retries): the same turns,
+        and a cache over the same K/V tensors until either side grows."""
+        src = self.get(source)
+        with src.lock:
+            with self._lock:
+                if name in self._sessions:
+                    raise ValueError(f"session {name!r} already exists")
+                branch = Session(
+                    name, src.system, list(src.head_ids), src.first_glue,
+                    [_copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
+                    src.evicted_turns, None if src.keep is None else src.keep.clone())
+                self._sessions[name] = branch
+        return branch
+
+    def reset(self, name: str) -> None:
+        """Forget the conversation of ``name`` (its system prompt stays)."""
+        session = self.get(name)
+        with session.lock:
+            fresh = self._new(name, session.system)
+            session.turns, session.cache, session.keep = [], fresh.cache, None
+            session.next_turn, session.evicted_turns = 1, 0
+
+    def delete(self, name: str) -> None:
+        """Remove the session ``name`` and free its K/V."""
+        session = self.get(name)
+        with session.lock, self._lock:
+            self._sessions.pop(name, None)
+
+    def chat(self, message: str, session: str = DEFAULT_SESSION, **generate_kwargs: Any) -> Reply:
+        """One turn: see :meth:`PerCache.chat`."""
+        state = self.get(session)
+        with state.lock:  # two calls on one session run one after the other
+            engine = self._engine
+            if engine.closed:
+                raise RuntimeError("this percache handle was disabled; call enable() again")
+            with engine.preemption.foreground(engine.lock):
+                t0 = time.perf_counter()
+                stats = ChatStats(session=session)
+                return self._runner.turn(state, message, stats, t0, generate_kwargs)
+
+
+def _copy_turn(t: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(t, user_ids=list(t.user_ids), reply_ids=list(t.reply_ids))

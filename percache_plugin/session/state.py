@@ -1,0 +1,108 @@
+"""A conversation's state: its token ids by turn and the K/V cache that serves them."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+__all__ = ["Turn", "Session", "share_cache", "cache_tokens", "cache_bytes"]
+
+
+@dataclass
+class Turn:
+    """One exchange: the user turn's ids (glue + message + generation prompt) and the reply's.
+
+    :ivar turn_id: 1-based, never reused within a session (evicted turns keep their ids).
+    :ivar pinned: never evicted.
+    """
+
+    turn_id: int
+    message: str
+    user_ids: list[int]
+    reply_ids: list[int] = field(default_factory=list)
+    reply_text: str = ""
+    pinned: bool = False
+
+    @property
+    def ids(self) -> list[int]:
+        return self.user_ids + self.reply_ids
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.user_ids) + len(self.reply_ids)
+
+
+@dataclass
+class Session:
+    """A conversation: the persistent head (template opening + system prompt), the turns still
+    in context, and a cache over a prefix of :attr:`ids`.
+
+    The cache never holds more positions than :attr:`ids`; the positions it lacks (at most the
+    last reply token after a turn) are computed with the next turn.
+
+    :ivar keep: for the ``masked`` eviction mode, a boolean per cache slot (False: excluded
+        from attention); None when every slot is attended.
+    """
+
+    name: str
+    system: str | None
+    head_ids: list[int]
+    first_glue: str
+    turns: list[Turn] = field(default_factory=list)
+    cache: Any = field(default_factory=DynamicCache)
+    next_turn: int = 1
+    evicted_turns: int = 0
+    keep: torch.Tensor | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def ids(self) -> list[int]:
+        """The conversation in context: head, then every turn's user and reply ids."""
+        out = list(self.head_ids)
+        for t in self.turns:
+            out += t.ids
+        return out
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.head_ids) + sum(t.n_tokens for t in self.turns)
+
+    @property
+    def ephemeral_tokens(self) -> int:
+        """Tokens of unpinned turns (what the session budget bounds)."""
+        return sum(t.n_tokens for t in self.turns if not t.pinned)
+
+    def glue(self) -> str | None:
+        """The glue the next user turn starts with (None: the glue after a reply)."""
+        return self.first_glue if not self.turns else None
+
+
+def cache_tokens(cache: Any) -> int:
+    return int(cache.get_seq_length()) if cache.layers else 0
+
+
+def cache_bytes(cache: Any) -> int:
+    """Resident bytes of a cache's K/V."""
+    total = 0
+    for lay in cache.layers:
+        for t in (lay.keys, lay.values):
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
+
+
+def share_cache(cache: Any) -> DynamicCache:
+    """A new cache over the same K/V tensors (no copy). Safe because a DynamicCache grows by
+    concatenation and crops by slicing: neither writes into the shared tensors."""
+    out = DynamicCache()
+    for i, lay in enumerate(cache.layers):
+        if lay.keys is None or not lay.keys.numel():
+            continue
+        out.update(lay.keys[..., :0, :], lay.values[..., :0, :], i)
+        target: Any = out.layers[i]
+        target.keys, target.values = lay.keys, lay.values
+    return out
