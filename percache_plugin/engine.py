@@ -19,6 +19,12 @@ import pluggy
 import torch
 
 from .attention.backend import AttentionSwitch, install, release, uninstall
+from .attention.masks import (
+    MaskFunction,
+    apply_to_additive,
+    register_mask_provider,
+    release_mask_provider,
+)
 from .attention.profile import ModelProfile
 from .attention.rope import NotShiftable, RopeShifter
 from .attention.splice import SpliceCache
@@ -97,6 +103,7 @@ class Engine:
         self.ctx = EngineContext(config, self.store, self._capabilities(shift_reason), self.hooks,
                                  self.fingerprint, tokenizer, use_template, self.recompute_strategies)
         self._reuse = ReuseRunner(model, self.ctx, self.shifter)
+        register_mask_provider(model, self._mask_function)
 
     @property
     def config(self) -> Config:
@@ -113,8 +120,18 @@ class Engine:
         assert self._reuse is not None
         mask = self._reuse.splice_mask(query, key, kwargs)
         if mask is not None:
+            extra = self._mask_function()
+            splice = self._reuse.active_splice
+            if extra is not None and splice is not None and splice.positions is not None:
+                mask = apply_to_additive(mask, extra, splice.positions.to(mask.device))
             attention_mask = mask
         return self.hooks.attention(self.ctx, module, query, key, value, attention_mask, kwargs)
+
+    def _mask_function(self) -> MaskFunction | None:
+        """The extra mask plugins AND into the model's masks (``percache_mask_function``)."""
+        if not self._enabled:
+            return None
+        return self.hooks.mask_function(self.ctx)
 
     def _shifter(self) -> tuple[RopeShifter | None, str]:
         if not self._switch.active:
@@ -163,6 +180,7 @@ class Engine:
             if not self._closed:
                 self._closed = True
                 release(self.model, self._relay)
+                release_mask_provider(self.model)
                 self.store.close()
 
     @contextlib.contextmanager

@@ -17,11 +17,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "rag.guards", "kv.recompute",
      "predict.parse",
      "predict.templates", "prompts"),
-    ("kv", "attention", "rag", "predict", "idle", "decode"),
+    ("kv", "attention", "rag", "predict", "idle", "decode", "session.state"),
     ("hooks",),
     ("reuse", "plugins"),
     ("engine",),
-    ("assistant",),
+    ("assistant", "session"),
     ("handle",),
     ("", "cli", "cli_errors", "admin", "demo", "bench", "conformance", "bundled", "plugin_list"),
 )

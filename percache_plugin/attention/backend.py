@@ -20,6 +20,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 from .hf_private import attn_implementation, can_set_attn_implementation, supports_sdpa
+from .masks import with_extras
 
 __all__ = ["AttentionSwitch", "install", "uninstall", "release", "PREFIX", "NAMES"]
 
@@ -86,7 +87,8 @@ def install(model: Any, relay: Relay) -> AttentionSwitch:
     name = NAMES[backend]
     AttentionInterface.register(name, percache_attention_forward)
     # Without a mask function of the same name every layer silently receives mask=None.
-    AttentionMaskInterface.register(name, sdpa_mask if backend == "sdpa" else eager_mask)
+    # The mask function ANDs in the extra mask of the model's handle (percache_mask_function).
+    AttentionMaskInterface.register(name, with_extras(sdpa_mask if backend == "sdpa" else eager_mask))
     ref = _ref(relay)
     for module in model.modules():
         _RELAYS[module] = ref

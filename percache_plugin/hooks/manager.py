@@ -14,8 +14,10 @@ from .specs import PROJECT
 if TYPE_CHECKING:
     import torch
 
+    from ..attention.masks import MaskFunction
     from ..attention.profile import ModelProfile
     from ..core.query import Query
+    from ..kv.edit import CacheEditor
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext, RecomputeStrategy
     from ..kv.store import ChunkKV
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
     from ..segments import Prompt, PromptPiece, Segment
+    from ..session.state import Session, Turn
     from ..stats import Generation, GenerationStats
     from .contexts import AssistantContext, EngineContext
 
@@ -42,6 +45,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.banks:QABankPlugin",
     "percache_plugin.plugins.builtin:BuiltinProfiles",
     "percache_plugin.plugins.builtin:RequestLog",
+    "percache_plugin.plugins.session:OldestTurnsFirst",
     "percache_plugin.assistant.scheduler:BuiltinIdleTasks",
 )
 
@@ -158,6 +162,28 @@ class Hooks:
 
     def register_idle_tasks(self, register: Callable[[str, Any], None]) -> None:
         self._hook.percache_register_idle_tasks(register=register)
+
+    def mask_function(self, ctx: EngineContext) -> MaskFunction | None:
+        """Every plugin's extra mask, ANDed into one (None: no plugin masks anything)."""
+        fns = [f for f in self._hook.percache_mask_function(ctx=ctx) if f is not None]
+        if not fns:
+            return None
+        if len(fns) == 1:
+            return fns[0]  # type: ignore[no-any-return]
+        from transformers.masking_utils import and_masks
+
+        return and_masks(*fns)  # type: ignore[no-any-return]
+
+    def edit_cache(self, ctx: EngineContext, session: Session, editor: CacheEditor) -> None:
+        self._hook.percache_edit_cache(ctx=ctx, session=session, editor=editor)
+
+    def select_eviction(self, ctx: EngineContext, session: Session, need: int) -> list[int] | None:
+        chosen = self._hook.percache_select_eviction(ctx=ctx, session=session, need=need)
+        return None if chosen is None else [int(t) for t in chosen]
+
+    def turn_relevance(self, ctx: EngineContext, session: Session, turn: Turn, message: str) -> float:
+        score = self._hook.percache_turn_relevance(ctx=ctx, session=session, turn=turn, message=message)
+        return 0.0 if score is None else float(score)
 
     def model_profile(self, model: torch.nn.Module) -> Any:
         return self._hook.percache_model_profile(model=model)

@@ -21,8 +21,10 @@ import pluggy
 if TYPE_CHECKING:
     import torch
 
+    from ..attention.masks import MaskFunction
     from ..attention.profile import ModelProfile
     from ..core.query import Query
+    from ..kv.edit import CacheEditor
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext, RecomputeStrategy
     from ..kv.store import ChunkKV
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
     from ..segments import Prompt, PromptPiece, Segment
+    from ..session.state import Session, Turn
     from ..stats import Generation, GenerationStats
     from .contexts import AssistantContext, EngineContext
 
@@ -296,6 +299,68 @@ def percache_register_idle_tasks(register: Callable[[str, Any], None]) -> None:
         ``assistant.ctx``) and adds what it computed to the
         :class:`~percache_plugin.idle.IdleReport`; raising
         :class:`~percache_plugin.core.preemption.Preempted` leaves the task queued.
+    """
+
+
+@hookspec
+def percache_mask_function(ctx: EngineContext) -> MaskFunction | None:
+    """An extra mask ANDed into every attention mask the model builds. Every implementation is called.
+
+    Consulted each time a mask is built (once per forward and mask kind: causal, sliding; and
+    for the splice mask of shifted reuse). The results that are not None are composed with
+    ``transformers.masking_utils.and_masks`` and ANDed into the model's own mask, so a position
+    is attended only where the model's mask and every extra mask allow it. With an extra mask
+    the causal shortcut (no mask) is off. Every query row must keep at least one key, or sdpa
+    returns NaN. Masking saves no compute (a masked slot is still multiplied).
+
+    :param ctx: the engine context.
+    :return: ``fn(batch_idx, head_idx, q_idx, kv_idx) -> bool`` over cache slots (== positions),
+        index-based (broadcastable tensor operations, like transformers' own mask functions), or
+        None for no extra mask.
+    """
+
+
+@hookspec
+def percache_edit_cache(ctx: EngineContext, session: Session, editor: CacheEditor) -> None:
+    """Edit a chat session's live K/V cache before a turn is computed. Every implementation is called.
+
+    ``editor.delete(positions)`` removes slots (their token ids leave the conversation too; the
+    persistent head cannot be deleted) and ``editor.shift((start, end), delta)`` rotates keys to
+    new RoPE positions (``editor.evict(start, end)`` does both, closing the gap). Any edit marks
+    the turn approximate in its stats (``cache_edits``).
+
+    :param ctx: the engine context.
+    :param session: the session (``session.turns``, ``session.head_ids``; read only).
+    :param editor: the editor over ``session.cache``.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_select_eviction(ctx: EngineContext, session: Session, need: int) -> Sequence[int] | None:
+    """Choose which turns leave a session's cache when its budget is exceeded. firstresult.
+
+    The default takes the oldest unpinned turns until ``need`` tokens are freed. Whole turns
+    (user + reply) leave; pinned turns are never evicted (ids naming them are ignored).
+
+    :param ctx: the engine context (``ctx.config.session_kv_tokens``, ``session_eviction``).
+    :param session: the session (``session.turns``).
+    :param need: tokens of unpinned turns that must be freed.
+    :return: ``turn_id`` of each turn to evict, or None to defer to the next plugin.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_turn_relevance(ctx: EngineContext, session: Session, turn: Turn, message: str) -> float | None:
+    """Score how relevant an earlier turn is to the new message (``masked`` eviction). firstresult.
+
+    In ``masked`` mode the turns to exclude are the least relevant ones, ties broken by age;
+    the default scores every turn 0 (so the oldest go first). The newest turn is always kept.
+
+    :param ctx: the engine context.
+    :param session: the session.
+    :param turn: an earlier turn still in the cache.
+    :param message: the new user message.
+    :return: a score (higher: keep longer), or None to defer.
     """
 
 

@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..decode import context_limit, run_generate
 from ..segments import Prompt, PromptPiece, Segment
+from .edits import session_editor
+from .evict import make_room
 from .layout import ChatLayout
+from .masking import SessionKeepMask
 from .reply import ChatStats, Reply
-from .state import Session, Turn, cache_bytes, cache_tokens
+from .state import Session, Turn, cache_bytes, cache_tokens, crop_to
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -28,6 +31,8 @@ class ChatRunner:
     def __init__(self, engine: Engine, layout: ChatLayout) -> None:
         self.engine = engine
         self.layout = layout
+        self.keep_mask = SessionKeepMask()
+        engine.plugins.register(self.keep_mask, name=f"percache-session-mask-{id(self)}")
 
     def _eos(self) -> set[int]:
         eos = getattr(self.engine.model.generation_config, "eos_token_id", None)
@@ -58,6 +63,13 @@ class ChatRunner:
         kwargs.setdefault("max_new_tokens", 64)
         turn_ids = self.layout.turn(message, session.glue())
         self.check_fits(session, turn_ids, int(kwargs["max_new_tokens"]))
+        make_room(self.engine, session, len(turn_ids) + int(kwargs["max_new_tokens"]), message, stats)
+        editor = session_editor(session, self.engine.shifter,
+                                self.engine.capabilities.reasons.get("shifted_reuse", ""))
+        self.engine.hooks.edit_cache(self.engine.ctx, session, editor)
+        if editor.edits:
+            stats.cache_edits += len(editor.edits)
+            stats.approximate = True
         full = session.ids + turn_ids
         cache = session.cache
         cached = cache_tokens(cache)
@@ -66,10 +78,11 @@ class ChatRunner:
         stats.tokens_reused = cached
         prompt = Prompt((PromptPiece(Segment("", "query"), tuple(full), 0, None),))
         try:
-            gen = run_generate(self.engine.model, self.engine.tokenizer, prompt, cache, cached,
-                               stats, kwargs, t0, None)
+            with self.keep_mask.active(session.keep):
+                gen = run_generate(self.engine.model, self.engine.tokenizer, prompt, cache, cached,
+                                   stats, kwargs, t0, None)
         except BaseException:
-            cache.crop(cached)  # generate may have grown it part way
+            crop_to(cache, cached)  # generate may have grown it part way
             raise
         new = list(gen.token_ids)
         reply_ids = new[:-1] if new and new[-1] in self._eos() else new
@@ -78,7 +91,7 @@ class ChatRunner:
         session.next_turn += 1
         n = session.n_tokens
         if cache_tokens(cache) > n:  # cannot happen with a DynamicCache; never serve beyond the ids
-            cache.crop(n)
+            crop_to(cache, n)
         if session.keep is not None and session.keep.numel() < cache_tokens(cache):
             session.keep = _extend(session.keep, cache_tokens(cache))
         stats.turn_id = turn.turn_id

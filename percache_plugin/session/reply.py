@@ -26,6 +26,7 @@ class ChatStats(GenerationStats):
     history_recomputed: int = 0  # of those, computed again (eviction, restart without snapshot)
     turns_evicted: int = 0  # turns that left the cache before this turn
     tokens_evicted: int = 0
+    cache_edits: int = 0  # edits plugins made through percache_edit_cache (approximate)
     eviction: str = ""  # the eviction mode used in this turn ("" when nothing was evicted)
     kv_tokens: int = 0  # cache positions after the turn
     kv_bytes: int = 0  # resident K/V bytes after the turn

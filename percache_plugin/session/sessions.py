@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .chat import ChatRunner
+from .evict import compact
 from .layout import ChatLayout
 from .reply import ChatStats, Reply
 from .state import Session, cache_bytes, cache_tokens, share_cache
@@ -116,6 +117,26 @@ class Sessions:
             fresh = self._new(name, session.system)
             session.turns, session.cache, session.keep = [], fresh.cache, None
             session.next_turn, session.evicted_turns = 1, 0
+
+    def pin(self, name: str, turn_id: int, pinned: bool = True) -> None:
+        """Pin a turn of ``name`` (never evicted, not counted against the budget) or unpin it.
+
+        :raises KeyError: the turn is not in context."""
+        session = self.get(name)
+        with session.lock:
+            for turn in session.turns:
+                if turn.turn_id == turn_id:
+                    turn.pinned = pinned
+                    return
+            raise KeyError(f"session {name!r} has no turn {turn_id} in context")
+
+    def compact(self, name: str) -> int:
+        """Free the slots of turns ``masked`` eviction excluded (idle-time work): they leave
+        the conversation and later turns are recomputed exactly with the next turn. Returns the
+        tokens freed."""
+        session = self.get(name)
+        with session.lock, self._engine.lock:
+            return compact(session)
 
     def delete(self, name: str) -> None:
         """Remove the session ``name`` and free its K/V."""

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-__all__ = ["Turn", "Session", "share_cache", "cache_tokens", "cache_bytes"]
+__all__ = ["Turn", "Session", "share_cache", "cache_tokens", "cache_bytes", "crop_to"]
 
 
 @dataclass
@@ -26,6 +26,7 @@ class Turn:
     reply_ids: list[int] = field(default_factory=list)
     reply_text: str = ""
     pinned: bool = False
+    masked: bool = False  # excluded from attention (``masked`` eviction), slots still resident
 
     @property
     def ids(self) -> list[int]:
@@ -73,8 +74,8 @@ class Session:
 
     @property
     def ephemeral_tokens(self) -> int:
-        """Tokens of unpinned turns (what the session budget bounds)."""
-        return sum(t.n_tokens for t in self.turns if not t.pinned)
+        """Tokens of unpinned, unmasked turns (what the session budget bounds)."""
+        return sum(t.n_tokens for t in self.turns if not t.pinned and not t.masked)
 
     def glue(self) -> str | None:
         """The glue the next user turn starts with (None: the glue after a reply)."""
@@ -83,6 +84,13 @@ class Session:
 
 def cache_tokens(cache: Any) -> int:
     return int(cache.get_seq_length()) if cache.layers else 0
+
+
+def crop_to(cache: Any, n: int) -> None:
+    """Keep the first ``n`` positions of ``cache`` (``Cache.crop`` takes how many to remove)."""
+    remove = cache_tokens(cache) - max(n, 0)
+    if remove > 0:
+        cache.crop(-remove)
 
 
 def cache_bytes(cache: Any) -> int:

@@ -68,6 +68,14 @@ def test_every_hook_is_exercised() -> None:
     pc.ask("When is the rehearsal?", max_new_tokens=2)  # retrieve, qa_lookup (miss), qa_store
     assert pc.hooks.resolve_chunks(pc.assistant.ctx, [c.id for c in report.new_chunks])
     pc.hooks.model_profile(model)
+    # Chat: edit_cache every turn; mask_function every forward; a small budget evicts
+    # (select_eviction), masked mode scores turns (turn_relevance).
+    pc.configure(session_kv_tokens=90)
+    for i in range(4):
+        pc.chat(f"Tell me about item {i}, please.", max_new_tokens=2)
+    pc.configure(session_eviction="masked")
+    for i in range(3):
+        pc.chat(f"And item {i + 4}?", max_new_tokens=2)
     pc.close()  # close
     pc.plugins.unregister(rec)
     assert rec.seen == set(specs.HOOK_NAMES)
