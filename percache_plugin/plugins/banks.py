@@ -56,6 +56,11 @@ class KnowledgeRetrieval:
         return bank.retrieve(query.text, k, scope=scope, query_embedding=query.embedding)
 
     @hookimpl(trylast=True)
+    def percache_close(self, ctx: AssistantContext) -> None:
+        if self._bank is not None:
+            self._bank.close()
+
+    @hookimpl(trylast=True)
     def percache_resolve_chunks(self, ctx: AssistantContext, ids: Sequence[str]) -> list[Chunk] | None:
         bank = self.bank(ctx)
         if not all(i in bank.index for i in ids):

@@ -2,19 +2,15 @@
 
 BM25Okapi is static, so it is rebuilt lazily on the first search after the corpus
 changed. The HNSW index grows with ``resize_index`` and reuses the slots of removed
-chunks (``mark_deleted`` + ``replace_deleted``). Persistence writes every file of a save
-under a fresh generation name and switches ``manifest.json`` last with ``os.replace``, so
-a crash mid-save leaves the previous save loadable; loading never re-embeds.
+chunks (``mark_deleted`` + ``replace_deleted``). Saving and loading (verified, atomic)
+live in :mod:`percache_plugin.rag.index_files`; loading never re-embeds.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from math import inf
 from pathlib import Path
@@ -25,8 +21,9 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from percache_plugin.rag.chunking import Chunk
+from percache_plugin.rag.index_files import CorruptIndexError, read_snapshot, write_snapshot
 
-__all__ = ["Fusion", "Hit", "HybridIndex", "tokenize"]
+__all__ = ["CorruptIndexError", "Fusion", "Hit", "HybridIndex", "tokenize"]
 
 Fusion = Literal["rrf", "bm25", "vector"]
 _FORMAT = "percache-hybrid-index"
@@ -248,7 +245,8 @@ class HybridIndex:
 
         :param query: the query text, for BM25.
         :param query_embedding: its embedding, shape ``[dim]`` or ``[1, dim]``.
-        :param scope: only chunks of this scope; ``None`` searches all chunks.
+        :param scope: only chunks of this scope; ``None`` means unscoped chunks only (never
+            every scope: one user's chunks must not reach another's prompt).
         :param candidates: how many results each ranker contributes before fusion.
         """
         if not isinstance(query, str):
@@ -258,7 +256,7 @@ class HybridIndex:
         vector = _unit_rows(query_embedding, self._dim, "query_embedding")
         if len(vector) != 1:
             raise ValueError(f"query_embedding must be one vector, got {len(vector)} rows")
-        eligible = len(self._entries) if scope is None else self._scopes.get(scope, 0)
+        eligible = self._scopes.get(scope, 0)
         if eligible == 0:
             return []
         bm25 = self._bm25_ranking(query, scope, candidates) if self._fusion != "vector" else []
@@ -300,8 +298,7 @@ class HybridIndex:
             return []
         scores = np.asarray(self._bm25.get_scores(tokens), dtype=np.float64)
         keep = scores > 0  # rank_bm25 floors idf above 0, so > 0 means a shared token
-        if scope is not None:
-            keep &= self._bm25_scopes == scope
+        keep &= self._bm25_scopes == scope  # elementwise, None included
         idx = np.flatnonzero(keep)
         idx = idx[np.lexsort((idx, -scores[idx]))][:n]  # score desc, then insertion order
         return [(self._bm25_ids[i], float(scores[i])) for i in idx]
@@ -324,7 +321,7 @@ class HybridIndex:
         self._hnsw.set_ef(max(64, 2 * n))
         try:
             labels, distances = self._hnsw.knn_query(
-                vector, k=n, filter=None if scope is None else in_scope
+                vector, k=n, filter=None if len(self._scopes) == 1 else in_scope
             )
         except RuntimeError:
             # hnswlib raises when a filtered walk finds fewer than n items; scan exactly instead.
@@ -337,127 +334,51 @@ class HybridIndex:
     def _exact_ranking(
         self, vector: np.ndarray, scope: str | None, n: int
     ) -> list[tuple[str, float]]:
-        entries = [e for e in self._entries.values() if scope is None or e.chunk.scope == scope]
+        entries = [e for e in self._entries.values() if e.chunk.scope == scope]
         sims = np.stack([e.vector for e in entries]) @ vector
         top = np.lexsort((np.arange(len(entries)), -sims))[:n]
         return [(entries[i].chunk.id, float(sims[i])) for i in top]
 
     def save(self, directory: Path | str) -> None:
-        """Write the index to ``directory`` (created if missing); atomic as a whole."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        generation = uuid.uuid4().hex[:12]
-        names = {
-            "chunks": f"chunks.{generation}.json",
-            "embeddings": f"embeddings.{generation}.npy",
-            "hnsw": f"hnsw.{generation}.bin",
-        }
+        """Write the index to ``directory`` (created 0700 if missing); atomic as a whole
+        (see :mod:`percache_plugin.rag.index_files`)."""
         entries = list(self._entries.values())
-        records = [_chunk_record(e) for e in entries]
-        vectors = (
-            np.stack([e.vector for e in entries])
-            if entries
-            else np.zeros((0, self._dim), np.float32)
-        )
-        _atomic_write(
-            directory / names["chunks"], lambda p: p.write_text(json.dumps(records), "utf-8")
-        )
-        _atomic_write(directory / names["embeddings"], lambda p: _save_npy(p, vectors))
-        _atomic_write(directory / names["hnsw"], lambda p: self._hnsw.save_index(str(p)))
-        manifest = {
-            "format": _FORMAT,
-            "version": _VERSION,
-            "dim": self._dim,
-            "fusion": self._fusion,
-            "rrf_k": self._rrf_k,
-            "weights": list(self._weights),
-            "count": len(entries),
-            "next_label": self._next_label,
-            "files": names,
-        }
-        _atomic_write(
-            directory / "manifest.json",
-            lambda p: p.write_text(json.dumps(manifest, indent=1), "utf-8"),
-        )
-        _fsync_dir(directory)
-        for pattern in ("chunks.*.json", "embeddings.*.npy", "hnsw.*.bin"):
-            for old in directory.glob(pattern):
-                if old.name not in names.values():
-                    old.unlink(missing_ok=True)
+        vectors = (np.stack([e.vector for e in entries]) if entries
+                   else np.zeros((0, self._dim), np.float32))
+        settings = {"dim": self._dim, "fusion": self._fusion, "rrf_k": self._rrf_k,
+                    "weights": list(self._weights), "next_label": self._next_label}
+        write_snapshot(Path(directory), settings, [_chunk_record(e) for e in entries], vectors,
+                       lambda p: self._hnsw.save_index(str(p)))
 
     @classmethod
     def load(cls, directory: Path | str) -> HybridIndex:
-        """Read an index written by :meth:`save`, without re-embedding anything."""
+        """Read an index written by :meth:`save`, without re-embedding anything. Every file
+        is verified first; a damaged one raises :class:`CorruptIndexError` naming it."""
         directory = Path(directory)
-        manifest_path = directory / "manifest.json"
-        if not manifest_path.is_file():
-            raise FileNotFoundError(f"no saved index in {directory} (missing manifest.json)")
-        manifest = json.loads(manifest_path.read_text("utf-8"))
-        if manifest.get("format") != _FORMAT or manifest.get("version") != _VERSION:
-            raise ValueError(
-                f"{manifest_path} is not a {_FORMAT} v{_VERSION} manifest "
-                f"(format={manifest.get('format')!r}, version={manifest.get('version')!r})"
-            )
-        bm25_weight, vector_weight = manifest["weights"]
-        index = cls(
-            manifest["dim"],
-            fusion=manifest["fusion"],
-            rrf_k=manifest["rrf_k"],
-            bm25_weight=bm25_weight,
-            vector_weight=vector_weight,
-        )
-        files = manifest["files"]
-        records = json.loads((directory / files["chunks"]).read_text("utf-8"))
-        vectors = np.load(directory / files["embeddings"], allow_pickle=False)
-        if len(records) != manifest["count"] or vectors.shape != (manifest["count"], index.dim):
-            raise ValueError(
-                f"saved index in {directory} is inconsistent: manifest says {manifest['count']} chunks, "
-                f"found {len(records)} chunk records and embeddings of shape {vectors.shape}"
-            )
-        hnsw = hnswlib.Index(space="cosine", dim=index.dim)
-        hnsw.load_index(str(directory / files["hnsw"]), allow_replace_deleted=True)
-        index._hnsw = hnsw
-        for record, vector in zip(records, vectors, strict=True):
-            label = int(record.pop("label"))
-            entry = _Entry(
-                Chunk(**record), label, vector.astype(np.float32), tokenize(record["text"])
-            )
-            index._entries[entry.chunk.id] = entry
-            index._by_label[label] = entry
-            index._scopes[entry.chunk.scope] += 1
-        missing = set(index._by_label) - set(hnsw.get_ids_list())
-        if missing:
-            raise ValueError(
-                f"saved index in {directory}: HNSW file lacks {len(missing)} chunk labels"
-            )
-        index._next_label = int(manifest["next_label"])
-        return index
-
-
-def _fsync_dir(directory: Path) -> None:
-    if os.name == "posix":  # directory fsync makes the renames durable; not possible on Windows
-        fd = os.open(directory, os.O_RDONLY)
+        snap = read_snapshot(directory)
+        manifest = snap.manifest
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Write through ``write(tmp_path)`` in the same directory, fsync, then rename."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with open(path, "wb") as handle:  # a file object: np.save(path) would append ".npy"
-        np.save(handle, array, allow_pickle=False)
+            bm25_weight, vector_weight = manifest["weights"]
+            index = cls(int(manifest["dim"]), fusion=manifest["fusion"], rrf_k=manifest["rrf_k"],
+                        bm25_weight=bm25_weight, vector_weight=vector_weight)
+            entries = [_Entry(Chunk(**{k: v for k, v in r.items() if k != "label"}),
+                              int(r["label"]), v.astype(np.float32), tokenize(r["text"]))
+                       for r, v in zip(snap.records, snap.vectors, strict=True)]
+            next_label = int(manifest["next_label"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptIndexError(directory / "manifest.json",
+                                    f"unusable settings or chunk records ({exc})") from None
+        hnsw = hnswlib.Index(space="cosine", dim=index.dim)
+        hnsw.load_index(str(snap.hnsw_path), allow_replace_deleted=True)
+        index._hnsw = hnsw
+        for entry in entries:
+            index._entries[entry.chunk.id] = entry
+            index._by_label[entry.label] = entry
+            index._scopes[entry.chunk.scope] += 1
+        if set(index._by_label) - set(hnsw.get_ids_list()) or len(index._by_label) != len(entries):
+            raise CorruptIndexError(snap.hnsw_path, "lacks chunk labels of the manifest")
+        index._next_label = next_label
+        return index
 
 
 def _chunk_record(entry: _Entry) -> dict[str, object]:

@@ -1,23 +1,47 @@
-"""The knowledge bank: documents -> chunks -> embeddings -> a persisted hybrid index."""
+"""The knowledge bank: documents -> chunks -> embeddings -> a hybrid index.
+
+The chunk rows in SQLite (:mod:`.knowledge_db`, ``<directory>/knowledge.sqlite3``) are the
+source of truth; the in-memory :class:`HybridIndex` is rebuilt from them when needed and
+reconciled with them (by their generation counter) before every use, so documents added or
+removed by another process or handle are seen at once and never overwritten. A snapshot of
+the index (``<directory>/index``, verified on load) only saves rebuilding it on open: when a
+snapshot file is damaged, the bank warns naming it, counts it and rebuilds from the rows,
+re-embedding chunk texts whose stored vectors are unusable.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..filemodes import FILE_MODE, private_dir
 from .chunking import Chunk, Document, as_document, chunk_document
 from .embeddings import Embedder
 from .index import HybridIndex
+from .index_files import CorruptIndexError, read_legacy
+from .knowledge_db import ChunkRows
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["KnowledgeBank", "AddReport"]
 
+log = logging.getLogger("percache")
+
 _META = "knowledge.json"
+_DB = "knowledge.sqlite3"
 
 
 @dataclass(frozen=True)
@@ -35,49 +59,167 @@ class AddReport:
 
 
 class KnowledgeBank:
-    """Chunks of the user's documents, searchable by BM25 + embeddings.
+    """Chunks of the user's documents, searchable by BM25 + embeddings; thread-safe, and
+    shareable by several processes and handles.
 
-    :param directory: where the index lives (``None``: in memory). Reopening loads the stored
-        embeddings; nothing is embedded again.
+    :param directory: where the bank lives (``None``: in memory). Reopening embeds nothing
+        again (vectors are stored with the chunks).
     :param embedder: the embedder; a reopened bank refuses a different one (its vectors would
         not be comparable), naming both.
     :param chunk_words: target chunk size in words.
+    :param snapshot_every: save an index snapshot after this many unsaved chunk changes (and
+        on :meth:`close`); 1 saves after every change.
     """
 
-    def __init__(self, directory: Path | None, embedder: Embedder, *, chunk_words: int = 100) -> None:
+    def __init__(self, directory: Path | None, embedder: Embedder, *, chunk_words: int = 100,
+                 snapshot_every: int = 64) -> None:
         self.directory = directory
         self.embedder = embedder
         self.chunk_words = chunk_words
+        self.snapshot_every = snapshot_every
+        self.repairs: Counter[str] = Counter()
         self._lock = threading.RLock()
-        self.index = self._open()
+        self._unsaved = 0
+        self._generation = -1
+        if directory is not None:
+            private_dir(directory)
+            self._check_legacy_meta()
+        self._rows = ChunkRows(None if directory is None else directory / _DB, embedder.name,
+                               embedder.dim)
+        try:
+            self._index = self._open_index()
+            self._sync()
+        except BaseException:
+            self._rows.close()
+            raise
 
-    def _open(self) -> HybridIndex:
-        if self.directory is None or not (self.directory / _META).is_file():
-            return HybridIndex(self.embedder.dim)
-        meta = json.loads((self.directory / _META).read_text())
-        if meta.get("embedder") != self.embedder.name:
+    # -- opening -------------------------------------------------------------------------
+    def _check_legacy_meta(self) -> None:
+        assert self.directory is not None
+        path = self.directory / _META
+        try:
+            meta = json.loads(path.read_text("utf-8")) if path.is_file() else {}
+        except (OSError, ValueError):
+            meta = {}
+        if isinstance(meta, dict) and meta.get("embedder") not in (None, self.embedder.name):
             raise ValueError(
                 f"knowledge bank at {self.directory} was built with embedder {meta.get('embedder')!r}, "
-                f"not {self.embedder.name!r}; use the same embedder or a new store"
-            )
-        return HybridIndex.load(self.directory / "index")
+                f"not {self.embedder.name!r}; use the same embedder or a new store")
 
-    def _save(self) -> None:
-        if self.directory is None:
+    def _open_index(self) -> HybridIndex:
+        if self.directory is None or not (self.directory / "index" / "manifest.json").is_file():
+            return HybridIndex(self.embedder.dim)
+        snapshot = self.directory / "index"
+        if self._rows.count() == 0:
+            self._import_legacy(snapshot)
+        try:
+            index = HybridIndex.load(snapshot)
+        except (CorruptIndexError, ValueError, OSError) as exc:
+            self.repairs["index_corrupt"] += 1
+            log.warning("percache knowledge bank: %s; rebuilding the index from the database", exc)
+            return HybridIndex(self.embedder.dim)
+        return index if index.dim == self.embedder.dim else HybridIndex(self.embedder.dim)
+
+    def _import_legacy(self, snapshot: Path) -> None:
+        """Move the documents of a store written before the database held them."""
+        legacy = read_legacy(snapshot)
+        if legacy is None:
             return
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.index.save(self.directory / "index")
-        tmp = self.directory / f".{_META}.tmp"
-        tmp.write_text(json.dumps({"embedder": self.embedder.name, "dim": self.embedder.dim}))
-        os.replace(tmp, self.directory / _META)
+        records, vectors = legacy
+        try:
+            chunks = [Chunk(**{k: v for k, v in r.items() if k != "label"}) for r in records]
+        except (TypeError, ValueError):
+            return
+        if chunks and vectors.shape[1] == self.embedder.dim:
+            self._rows.insert(chunks, vectors)
+            log.info("percache knowledge bank: moved %d chunks of %s into %s", len(chunks),
+                     snapshot, _DB)
 
+    # -- reconciling with the database ---------------------------------------------------
+    def _sync(self) -> None:
+        """Make the index hold exactly the database's chunks (cheap when nothing changed)."""
+        generation = self._rows.generation()
+        if generation == self._generation:
+            return
+        stored = self._rows.ids()
+        held = {c.id for c in self._index.chunks()}
+        if held - stored:
+            self._index.remove(held - stored)
+        missing = stored - held
+        if missing:
+            rows = self._rows.fetch(missing)
+            lost = [i for i, (_, v) in enumerate(rows) if v is None]
+            vectors = [v for _, v in rows]
+            if lost:
+                fresh = self.embedder.embed([rows[i][0].text for i in lost]).astype(np.float32)
+                self.repairs["reembedded"] += len(lost)
+                log.warning("percache knowledge bank: re-embedding %d chunk(s) whose stored "
+                            "vectors were unusable", len(lost))
+                for i, vector in zip(lost, fresh, strict=True):
+                    vectors[i] = vector
+                    with contextlib.suppress(Exception):  # best-effort repair of the row
+                        self._rows.set_vector(rows[i][0].id, vector)
+            filled = [v for v in vectors if v is not None]
+            assert len(filled) == len(rows)
+            self._index.add([c for c, _ in rows], np.stack(filled))
+        self._generation = generation
+        self.repairs["rows_repaired"] = self._rows.repaired
+
+    @property
+    def index(self) -> HybridIndex:
+        """The hybrid index, reconciled with the database."""
+        with self._lock:
+            self._sync()
+            return self._index
+
+    # -- snapshots -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _snapshot_lock(self) -> Iterator[None]:
+        assert self.directory is not None
+        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _save(self, *, force: bool = False) -> None:
+        """Best-effort index snapshot (the database holds everything): a failure is logged."""
+        if self.directory is None or not self._unsaved or (
+                not force and self._unsaved < self.snapshot_every):
+            return
+        try:
+            with self._snapshot_lock():
+                self._index.save(self.directory / "index")
+            self._unsaved = 0
+        except OSError as exc:
+            self.repairs["snapshot_errors"] += 1
+            log.warning("percache knowledge bank: saving the index snapshot failed (%s)", exc)
+
+    def _write_meta(self) -> None:
+        """``knowledge.json`` names the embedder for tools that open the store without one."""
+        if self.directory is None or (self.directory / _META).is_file():
+            return
+        tmp = self.directory / f".{_META}.{uuid.uuid4().hex}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+            tmp.write_text(json.dumps({"embedder": self.embedder.name, "dim": self.embedder.dim}))
+            os.replace(tmp, self.directory / _META)
+        except OSError as exc:
+            log.warning("percache knowledge bank: writing %s failed (%s)", _META, exc)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    # -- public API ----------------------------------------------------------------------
     def add_documents(
         self, docs: Iterable[str | bytes | Mapping[str, object] | Document], *, scope: str | None = None
     ) -> AddReport:
-        """Chunk, embed and index documents. ``scope`` applies to documents that carry none.
+        """Chunk, embed and store documents. ``scope`` applies to documents that carry none.
 
-        Every document is validated before anything is indexed, so a bad one (empty, not UTF-8)
-        raises naming it and leaves the bank unchanged."""
+        Every document is validated before anything is stored, so a bad one (empty, not UTF-8)
+        raises naming it and leaves the bank unchanged. Once this returns, the chunks are in
+        the database (committed), whatever other processes do."""
         if isinstance(docs, (str, bytes, Document)) or isinstance(docs, Mapping):
             docs = [docs]  # type: ignore[list-item]
         documents = []
@@ -90,41 +232,63 @@ class KnowledgeBank:
                 doc = Document(doc.text, doc.id, scope, doc.metadata)
             documents.append(doc)
         with self._lock:
+            self._sync()
             chunks: dict[str, Chunk] = {}
             for doc in documents:
                 for c in chunk_document(doc, target_words=self.chunk_words):
                     chunks.setdefault(c.id, c)
-            new = [c for c in chunks.values() if c.id not in self.index]
+            new = [c for c in chunks.values() if c.id not in self._index]
             if new:
                 vectors = self.embedder.embed([c.text for c in new]).astype(np.float32)
-                self.index.add(new, vectors)
+                self._unsaved += self._rows.insert(new, vectors)
+                self._sync()
                 self._save()
+                self._write_meta()
             return AddReport(len(documents), tuple(new), len(chunks) - len(new))
 
     def retrieve(self, query: str, k: int = 3, *, scope: str | None = None,
                  query_embedding: np.ndarray | None = None) -> list[Chunk]:
-        """The ``k`` best chunks for ``query`` within ``scope`` (``None``: all scopes)."""
+        """The ``k`` best chunks for ``query`` within ``scope``; ``None`` means unscoped
+        chunks only (never every scope: one user's chunks never reach another's prompt)."""
         with self._lock:
-            if len(self.index) == 0:
+            self._sync()
+            if len(self._index) == 0:
                 return []
             emb = query_embedding if query_embedding is not None else self.embedder.embed([query])[0]
-            return [self.index.chunk(h.chunk_id) for h in self.index.search(query, emb, k, scope=scope)]
+            return [self._index.chunk(h.chunk_id)
+                    for h in self._index.search(query, emb, k, scope=scope)]
 
     def chunk(self, chunk_id: str) -> Chunk:
-        return self.index.chunk(chunk_id)
+        with self._lock:
+            if chunk_id not in self._index:
+                self._sync()
+            return self._index.chunk(chunk_id)
 
     def chunks(self) -> list[Chunk]:
         """Every chunk in the bank, in the order added."""
         with self._lock:
-            return self.index.chunks()
+            self._sync()
+            return self._index.chunks()
+
+    def chunk_ids(self) -> list[str]:
+        return [c.id for c in self.chunks()]
 
     def remove_chunks(self, chunk_ids: Iterable[str]) -> int:
-        """Remove chunks (unknown ids are ignored) and persist the index; returns how many."""
+        """Remove chunks (unknown ids are ignored); returns how many."""
         with self._lock:
-            removed = self.index.remove(list(chunk_ids))
-            if removed:
-                self._save()
+            removed = self._rows.delete(chunk_ids)
+            self._sync()
+            self._unsaved += removed
+            self._save()
             return removed
 
+    def close(self) -> None:
+        """Save an index snapshot if anything changed, and close the database."""
+        with self._lock:
+            self._save(force=True)
+            self._rows.close()
+
     def __len__(self) -> int:
-        return len(self.index)
+        with self._lock:
+            self._sync()
+            return len(self._index)

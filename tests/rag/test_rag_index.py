@@ -82,7 +82,12 @@ def test_scope_filter_returns_only_that_scope() -> None:
         assert len(hits) == expected
         assert {index.chunk(h.chunk_id).scope for h in hits} == {scope}
     assert index.search("rehearsal", EMB.embed(["rehearsal"])[0], scope="carol") == []
-    assert len(index.search("rehearsal", EMB.embed(["rehearsal"])[0], k=20)) == 8
+    # scope=None means unscoped chunks only, never every scope.
+    assert index.search("rehearsal", EMB.embed(["rehearsal"])[0], k=20) == []
+    shared = _chunks(["Shared note: the rehearsal room is booked."])
+    index.add(shared, EMB.embed([shared[0].text]))
+    hits = index.search("rehearsal", EMB.embed(["rehearsal"])[0], k=20)
+    assert [h.chunk_id for h in hits] == [shared[0].id]
 
 
 def test_remove_then_readd() -> None:

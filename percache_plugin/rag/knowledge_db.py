@@ -1,0 +1,134 @@
+"""The knowledge bank's source of truth: chunk rows (text, scope, metadata, vector) in SQLite.
+
+Several processes and handles may share a bank: rows are inserted with ``INSERT OR IGNORE``
+(the same chunk added twice is stored once) and every change bumps ``generation`` in the same
+transaction, so an in-memory index can tell cheaply whether it must reconcile with the rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..sqlite_tx import Schema, connect, transaction
+from .chunking import Chunk
+
+__all__ = ["KB_SCHEMA", "ChunkRows"]
+
+log = logging.getLogger("percache")
+
+KB_SCHEMA = Schema("knowledge", 1, """
+CREATE TABLE IF NOT EXISTS kb_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS kb_chunks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, doc_id TEXT NOT NULL,
+    idx INTEGER NOT NULL, text TEXT NOT NULL, scope TEXT, metadata TEXT NOT NULL, vector BLOB);
+""")
+_BATCH = 500  # ids per IN (...) query
+
+
+class ChunkRows:
+    """Chunk rows of one bank (``path`` None: in memory), bound to one embedder."""
+
+    def __init__(self, path: Path | None, embedder_name: str, dim: int) -> None:
+        self.dim = dim
+        self.repaired = 0  # rows whose metadata JSON was unreadable (kept, metadata dropped)
+        self.db = connect(path, KB_SCHEMA)
+        try:
+            with transaction(self.db):
+                row = self.db.execute("SELECT value FROM kb_meta WHERE name = 'embedder'").fetchone()
+                if row is None or self.count() == 0:
+                    self.db.execute("INSERT OR REPLACE INTO kb_meta VALUES ('embedder', ?), "
+                                    "('dim', ?)", (embedder_name, str(dim)))
+                elif row[0] != embedder_name:
+                    raise ValueError(
+                        f"knowledge bank at {path.parent if path else 'memory'} was built with "
+                        f"embedder {row[0]!r}, not {embedder_name!r}; use the same embedder or a "
+                        "new store")
+                self.db.execute("INSERT OR IGNORE INTO kb_meta VALUES ('generation', '0')")
+        except BaseException:
+            self.db.close()
+            raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    def generation(self) -> int:
+        row = self.db.execute("SELECT value FROM kb_meta WHERE name = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM kb_chunks").fetchone()[0])
+
+    def ids(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT id FROM kb_chunks")}
+
+    def _bump(self) -> None:
+        self.db.execute("UPDATE kb_meta SET value = CAST(value AS INTEGER) + 1 "
+                        "WHERE name = 'generation'")
+
+    def insert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> int:
+        """Store chunks with their vectors (one transaction); returns how many were new."""
+        rows = [(c.id, c.doc_id, c.index, c.text, c.scope, json.dumps(dict(c.metadata)),
+                 np.asarray(v, dtype=np.float32).tobytes()) for c, v in zip(chunks, vectors, strict=True)]
+        with transaction(self.db):
+            before = self.db.total_changes
+            self.db.executemany("INSERT OR IGNORE INTO kb_chunks (id, doc_id, idx, text, scope, "
+                                "metadata, vector) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            added = self.db.total_changes - before
+            if added:
+                self._bump()
+        return added
+
+    def delete(self, ids: Iterable[str]) -> int:
+        ids = list(ids)
+        with transaction(self.db):
+            before = self.db.total_changes
+            self.db.executemany("DELETE FROM kb_chunks WHERE id = ?", [(i,) for i in ids])
+            removed = self.db.total_changes - before
+            if removed:
+                self._bump()
+        return removed
+
+    def fetch(self, ids: Iterable[str]) -> list[tuple[Chunk, np.ndarray | None]]:
+        """These chunks in the order added, each with its vector (None when the stored
+        vector is missing or unusable: the caller re-embeds)."""
+        ids = list(ids)
+        rows: list[tuple] = []
+        for i in range(0, len(ids), _BATCH):
+            part = ids[i:i + _BATCH]
+            rows += self.db.execute(
+                "SELECT seq, id, doc_id, idx, text, scope, metadata, vector FROM kb_chunks "
+                f"WHERE id IN ({', '.join('?' * len(part))})", part).fetchall()
+        out = []
+        for _, cid, doc_id, idx, text, scope, metadata, blob in sorted(rows):
+            out.append((Chunk(cid, doc_id, int(idx), text, scope, self._metadata(cid, metadata)),
+                        self._vector(blob)))
+        return out
+
+    def set_vector(self, chunk_id: str, vector: np.ndarray) -> None:
+        with transaction(self.db):
+            self.db.execute("UPDATE kb_chunks SET vector = ? WHERE id = ?",
+                            (np.asarray(vector, dtype=np.float32).tobytes(), chunk_id))
+
+    def _metadata(self, chunk_id: str, text: str) -> dict[str, str]:
+        try:
+            data = json.loads(text)
+            if isinstance(data, dict) and all(isinstance(v, str) for v in data.values()):
+                return data
+        except (TypeError, ValueError):
+            pass
+        self.repaired += 1
+        log.warning("percache knowledge bank: chunk %s has unreadable metadata; dropped", chunk_id)
+        return {}
+
+    def _vector(self, blob: object) -> np.ndarray | None:
+        if not isinstance(blob, bytes) or len(blob) != self.dim * 4:
+            return None
+        vector = np.frombuffer(blob, dtype=np.float32)
+        if not np.isfinite(vector).all() or not np.linalg.norm(vector) > 0:
+            return None
+        return vector

@@ -1,0 +1,129 @@
+"""The knowledge bank: the database is the source of truth; damaged index snapshots are
+detected and rebuilt (defect 5); scopes never mix (defect 7); files are owner-only (defect 8);
+two banks on one directory see each other's documents (defect 3)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from percache_plugin.rag.embeddings import HashEmbedder
+from percache_plugin.rag.knowledge import KnowledgeBank
+from tests.rag.test_rag_index import FACTS
+
+EMB = HashEmbedder(128)
+
+
+def _bank(directory: Path | None, **kwargs: object) -> KnowledgeBank:
+    return KnowledgeBank(directory, EMB, **kwargs)  # type: ignore[arg-type]
+
+
+def _texts(bank: KnowledgeBank, query: str, scope: str | None = None, k: int = 3) -> list[str]:
+    return [c.text for c in bank.retrieve(query, k, scope=scope)]
+
+
+def _saved_bank(tmp_path: Path) -> Path:
+    bank = _bank(tmp_path / "kb", snapshot_every=1)
+    bank.add_documents(FACTS)
+    bank.close()
+    assert (tmp_path / "kb" / "index" / "manifest.json").is_file()
+    return tmp_path / "kb"
+
+
+def _snapshot_file(directory: Path, kind: str) -> Path:
+    manifest = json.loads((directory / "index" / "manifest.json").read_text())
+    return directory / "index" / manifest["files"][kind]["name"]
+
+
+@pytest.mark.parametrize("kind", ["manifest", "chunks", "embeddings", "hnsw"])
+def test_damaged_snapshot_is_rebuilt_from_the_database(
+        tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    directory = _saved_bank(tmp_path)
+    path = directory / "index" / "manifest.json" if kind == "manifest" else _snapshot_file(directory, kind)
+    data = bytearray(path.read_bytes())
+    data[:8] = b"\xde\xad\xbe\xef" * 2  # 8 changed bytes at the start
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="percache"):
+        bank = _bank(directory)
+    assert bank.repairs["index_corrupt"] == 1
+    assert any(path.name in r.message for r in caplog.records), [r.message for r in caplog.records]
+    assert len(bank) == len(FACTS)
+    assert _texts(bank, "choir rehearsal", k=1) == [FACTS[0]]
+    bank.close()
+
+
+def test_lost_vectors_are_re_embedded(tmp_path: Path) -> None:
+    directory = _saved_bank(tmp_path)
+    (directory / "index" / "manifest.json").unlink()
+    db = sqlite3.connect(directory / "knowledge.sqlite3")
+    db.execute("UPDATE kb_chunks SET vector = x'00' WHERE rowid % 2 = 0")
+    db.execute("UPDATE kb_chunks SET metadata = '{broken' WHERE rowid = 1")
+    db.commit()
+    db.close()
+    bank = _bank(directory)
+    assert bank.repairs["reembedded"] == len(FACTS) // 2
+    assert bank.repairs["rows_repaired"] == 1
+    assert _texts(bank, "winter tyres", k=1) == [FACTS[5]]
+    bank.close()
+    assert _bank(directory).repairs["reembedded"] == 0  # the rows were repaired
+
+
+def test_scope_none_means_unscoped_only(tmp_path: Path) -> None:
+    bank = _bank(tmp_path / "kb")
+    bank.add_documents(FACTS[:3], scope="alice")
+    bank.add_documents(FACTS[3:5], scope="bob")
+    assert _texts(bank, "choir rehearsal budget review") == []  # nothing unscoped yet
+    bank.add_documents(["Shared: the office is closed on Friday."])
+    assert _texts(bank, "choir rehearsal on Friday", k=5) == ["Shared: the office is closed on Friday."]
+    assert set(_texts(bank, "choir rehearsal budget", "alice", k=5)) == set(FACTS[:3])
+    assert set(_texts(bank, "choir rehearsal budget", "bob", k=5)) == set(FACTS[3:5])
+
+
+def test_two_banks_on_one_directory_keep_each_others_documents(tmp_path: Path) -> None:
+    a, b = _bank(tmp_path / "kb", snapshot_every=1), _bank(tmp_path / "kb", snapshot_every=1)
+    for i, fact in enumerate(FACTS):
+        (a if i % 2 else b).add_documents([fact])
+    assert sorted(c.text for c in a.chunks()) == sorted(FACTS) == sorted(c.text for c in b.chunks())
+    assert _texts(a, "winter tyres", k=1) == [FACTS[5]] and _texts(b, "dentist", k=1) == [FACTS[1]]
+    b.remove_chunks([c.id for c in b.chunks() if "tyres" in c.text])
+    assert len(a) == len(FACTS) - 1
+    a.close()
+    b.close()
+    assert sorted(c.text for c in _bank(tmp_path / "kb").chunks()) == sorted(FACTS[:5])
+
+
+def test_every_file_is_owner_only(tmp_path: Path) -> None:
+    directory = _saved_bank(tmp_path)
+    bank = _bank(directory)
+    bank.add_documents(["One more note."])
+    modes = {str(p.relative_to(directory)): p.stat().st_mode & 0o777 for p in directory.rglob("*")}
+    assert all(m == (0o700 if (directory / p).is_dir() else 0o600) for p, m in modes.items()), modes
+    assert "knowledge.sqlite3-wal" in modes
+    bank.close()
+
+
+def test_a_store_written_before_the_database_is_moved_into_it(tmp_path: Path) -> None:
+    """Older stores kept chunks only in the index files (manifest without checksums)."""
+    directory = tmp_path / "kb"
+    index = directory / "index"
+    index.mkdir(parents=True)
+    records = [{"id": f"c{i}", "doc_id": f"d{i}", "index": 0, "text": t, "scope": None,
+                "metadata": {}, "label": i} for i, t in enumerate(FACTS)]
+    (index / "chunks.0123456789ab.json").write_text(json.dumps(records))
+    with open(index / "embeddings.0123456789ab.npy", "wb") as f:
+        np.save(f, EMB.embed(FACTS).astype(np.float32))
+    (index / "manifest.json").write_text(json.dumps({
+        "format": "percache-hybrid-index", "version": 1, "dim": 128, "fusion": "rrf", "rrf_k": 5,
+        "weights": [0.5, 1.0], "count": 6, "next_label": 6,
+        "files": {"chunks": "chunks.0123456789ab.json", "embeddings": "embeddings.0123456789ab.npy",
+                  "hnsw": "hnsw.0123456789ab.bin"}}))
+    (directory / "knowledge.json").write_text(json.dumps({"embedder": EMB.name, "dim": 128}))
+    bank = _bank(directory)
+    assert len(bank) == len(FACTS) and _texts(bank, "dentist", k=1) == [FACTS[1]]
+    with pytest.raises(ValueError, match="built with embedder"):
+        KnowledgeBank(directory, HashEmbedder(64))
