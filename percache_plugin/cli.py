@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "splice": ("percache_plugin.bench.splice", "shifted chunk reuse: quality and speed per recompute strategy"),
     "qa": ("percache_plugin.bench.qa", "QA-bank lookup latency: embed + retrieve + search + guards"),
     "idle": ("percache_plugin.bench.idle", "idle work: foreground latency under preemption, scheduler trade"),
+    "buffer": ("percache_plugin.bench.buffer", "buffer-cache policies: hit ratio vs cache size on K/V, chat and offload traces"),
     "e2e": ("percache_plugin.bench.e2e", "end-to-end replay of QMSum users: methods, latency, hit rates, quality"),
 }
 

@@ -47,6 +47,19 @@ class Config:
         "beyond it. None means unlimited.",
         2 * 1024**3,
     )
+    ram_cache_bytes: int = _help(
+        "Byte budget of the RAM tier in front of the K/V store: verified chunk tensors kept in "
+        "memory, so a hit reads no file, checks no checksum and copies once into the request's "
+        "cache. 0 turns it off. The default (256 MiB, about 5,800 tokens of SmolLM2-135M fp32 "
+        "K/V) holds a system prefix, a session and a few retrieved chunks; see "
+        "docs/BENCHMARKS.md, 'Buffer cache'.",
+        256 * 2**20,
+    )
+    ram_cache_policy: str = _help(
+        "Replacement policy of the RAM tier: 'llm' (sequential/loop/hot classes, loop pinning), "
+        "'lru', 'lfu', 'lecar', or a name given to percache_plugin.buffer.register_policy.",
+        "llm",
+    )
     reuse: Literal["exact", "shifted"] = _help(
         "'exact' reuses K/V only where the cached chunks form an exact prefix of the prompt; "
         "'shifted' also reuses chunks at new positions (RoPE phase shift, approximate).",
@@ -169,6 +182,14 @@ class Config:
             not isinstance(self.kv_byte_limit, int) or self.kv_byte_limit <= 0
         ):
             raise ConfigError(f"kv_byte_limit must be a positive int or None, got {self.kv_byte_limit!r}")
+        if isinstance(self.ram_cache_bytes, bool) or not isinstance(self.ram_cache_bytes, int) \
+                or self.ram_cache_bytes < 0:
+            raise ConfigError(f"ram_cache_bytes must be an int >= 0 (0 = off), got {self.ram_cache_bytes!r}")
+        from .buffer.policies import policy_names
+
+        if self.ram_cache_policy not in policy_names():
+            raise ConfigError(
+                f"ram_cache_policy must be one of {policy_names()}, got {self.ram_cache_policy!r}")
         if self.reuse not in ("exact", "shifted"):
             raise ConfigError(f"reuse must be 'exact' or 'shifted', got {self.reuse!r}")
         from .kv.recompute import STRATEGIES, parse_strategy

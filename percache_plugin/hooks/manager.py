@@ -40,6 +40,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:PromptBuilder",
     "percache_plugin.plugins.builtin:ExactPrefixPlanner",
     "percache_plugin.plugins.builtin:StoreBackedKV",
+    "percache_plugin.buffer.plugin:RamTierKV",
     "percache_plugin.plugins.builtin:ConfiguredRecompute",
     "percache_plugin.plugins.banks:KnowledgeRetrieval",
     "percache_plugin.plugins.banks:QABankPlugin",

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -77,6 +77,7 @@ class KVStore:
         self._closed = False
         self._memory: dict[str, ChunkKV] | None = None
         self._files: NodeFiles | None = None
+        self._listeners: list[Callable[[str], None]] = []
         self.path: Path | None = None
         if path is None:
             self._memory = {}
@@ -117,18 +118,36 @@ class KVStore:
                 self._index.delete(keys, **deltas)
                 for k in keys:
                     self._memory.pop(k, None)
+                self._notify(keys)
                 return True
             files = self._files
             assert files is not None
             with files.write_lock:
                 self._index.delete(keys, **deltas)
                 files.unlink(keys, lambda k, exc: self._failed(f"removing {files.file(k)}", exc))
+            self._notify(keys)
             return True
         except Exception as exc:
             if not is_write_failure(exc):
                 raise
             self._failed(f"removing {len(keys)} node(s)", exc)
             return False
+
+    def add_listener(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(key)`` whenever this handle writes or removes ``key``. Other processes'
+        writes are not seen: a cache in front of the store must still compare row versions."""
+        with self._lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: Callable[[str], None]) -> None:
+        with self._lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    def _notify(self, keys: Sequence[str]) -> None:
+        for fn in tuple(self._listeners):
+            for k in keys:
+                fn(k)
 
     def _reject(self, key: str, reason: str) -> None:
         log.warning("percache store: dropping corrupt node %s (%s)", key, reason)
@@ -191,6 +210,7 @@ class KVStore:
                 return False
             if not inserted:  # another process stored the same key meanwhile: its row stands
                 return False
+            self._notify([key])
             self._evict_to_limit(protect=key)
             return self._index.row(key, "1") is not None
 

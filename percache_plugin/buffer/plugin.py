@@ -1,0 +1,50 @@
+"""The RAM tier as a plugin around the K/V load hook (``Config.ram_cache_bytes``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..hooks.specs import hookimpl
+from .ram_tier import KVRamTier
+
+if TYPE_CHECKING:
+    from ..engine import PerCache
+    from ..kv.store import ChunkKV
+
+__all__ = ["RamTierKV"]
+
+
+class RamTierKV:
+    """Serve ``percache_load_chunk`` from a :class:`KVRamTier` of ``pc.config.ram_cache_bytes``
+    bytes (policy ``pc.config.ram_cache_policy``); defers to the store's loader when the budget
+    is 0 or the store does not hold the node."""
+
+    def __init__(self) -> None:
+        self.tier: KVRamTier | None = None
+
+    def _tier(self, pc: PerCache) -> KVRamTier:
+        budget, policy = pc.config.ram_cache_bytes, pc.config.ram_cache_policy
+        t = self.tier
+        if t is None or t.store is not pc.store or t.cache.capacity != budget or t.policy_name != policy:
+            if t is not None:
+                t.close()
+            t = self.tier = KVRamTier(pc.store, budget, policy)
+        return t
+
+    @hookimpl(tryfirst=True)
+    def percache_load_chunk(self, pc: PerCache, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+        if not pc.config.ram_cache_bytes:
+            if self.tier is not None:
+                self.tier.close()
+                self.tier = None
+            return None
+        return self._tier(pc).get(key, token_ids)
+
+    def ram_tier_stats(self) -> dict[str, float]:
+        """Hits, misses, bytes and hit ratio of the tier (empty before the first load)."""
+        if self.tier is None:
+            return {}
+        s = self.tier.stats
+        return {"hits": s.hits, "misses": s.misses, "stale": self.tier.stale,
+                "evictions": s.evictions, "bytes": self.tier.cache.used, "hit_ratio": s.hit_ratio}
+

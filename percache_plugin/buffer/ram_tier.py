@@ -1,0 +1,95 @@
+"""A RAM tier in front of the K/V store: verified, ready-to-use chunk tensors under a byte budget.
+
+A hit costs no disk read, no checksum and no copy: the tier returns the tensors it holds (the
+request's cache is then filled from them in one copy, :func:`~percache_plugin.kv.cache.cache_from_chunks`).
+Callers must not mutate what :meth:`KVRamTier.get` returns.
+
+It never serves stale data. Every entry remembers the version of the store row it was loaded
+from (creation time, token hash, size) and every hit compares it with the row now in the store
+(one indexed SQLite lookup, which also sees rewrites by other processes sharing the store); a
+row that is gone or differs drops the RAM copy and the store is read. The store also calls
+:meth:`KVRamTier.invalidate` on every put and removal (``KVStore.add_listener``), which frees
+the memory at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from ..kv.integrity import hash_token_ids
+from ..kv.store import ChunkKV, KVStore, NodeInfo
+from .cache import BufferCache, CacheStats
+from .policies import Policy
+from .trace import Tracer
+
+__all__ = ["KVRamTier"]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    kv: ChunkKV
+    version: tuple[float, str, int]
+
+
+def _version(info: NodeInfo) -> tuple[float, str, int]:
+    return (info.created, info.token_hash, info.nbytes)
+
+
+class KVRamTier:
+    """Chunk K/V of ``store`` cached in RAM under ``capacity`` bytes with ``policy``.
+
+    Access classes: a root node (no parent: the system/persona prefix) is declared ``hot``;
+    other nodes are classified online by the policy. ``tracer`` records every read.
+    """
+
+    def __init__(self, store: KVStore, capacity: int, policy: str | Policy = "llm", *,
+                 tracer: Tracer | None = None) -> None:
+        self.store = store
+        self.cache: BufferCache[_Entry] = BufferCache(capacity, policy)
+        self.policy_name = policy if isinstance(policy, str) else policy.name
+        self.tracer = tracer
+        self.stale = 0
+        store.add_listener(self.invalidate)
+
+    @property
+    def stats(self) -> CacheStats:
+        return self.cache.stats
+
+    def get(self, key: str, token_ids: Sequence[int]) -> ChunkKV | None:
+        """The node's K/V from RAM if the store still holds that version, else from the store
+        (then offered to the cache). None when the store misses or rejects the node."""
+        info = self.store.info(key)
+        if info is None:  # not stored: the store's own loader counts the miss
+            self.invalidate(key)
+            return None
+        cls = "hot" if info.parent is None else ""
+        ck: Hashable = key
+        held = self.cache.peek(ck)
+        if held is not None:
+            if held.version == _version(info) and info.token_hash == hash_token_ids(token_ids):
+                self.cache.lookup(ck, cls)
+                self._trace(key, info.nbytes, cls)
+                return held.kv
+            self.cache.invalidate(ck)
+            self.stale += 1
+        kv = self.store.get(key, token_ids=token_ids)
+        self._trace(key, info.nbytes, cls)
+        if kv is None:
+            return None
+        after = self.store.info(key)  # the row we read may have been replaced meanwhile
+        if after is not None and _version(after) == _version(info):
+            self.cache.offer(ck, _Entry(kv, _version(info)), kv.nbytes, cls)
+        return kv
+
+    def invalidate(self, key: str) -> None:
+        """Drop the RAM copy of ``key`` (the store wrote or removed it)."""
+        self.cache.invalidate(key)
+
+    def close(self) -> None:
+        self.store.remove_listener(self.invalidate)
+        self.cache.clear()
+
+    def _trace(self, key: str, nbytes: int, cls: str) -> None:
+        if self.tracer is not None:
+            self.tracer.record("r", f"kv/{key}", 0, nbytes, cls)

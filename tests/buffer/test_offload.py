@@ -1,0 +1,62 @@
+import pytest
+import torch
+
+from percache_plugin.buffer.offload import BufferedWeights, dispatch_buffered
+from percache_plugin.buffer.trace import Tracer
+from tests.models import tiny_model
+
+accelerate = pytest.importorskip("accelerate")
+
+
+def offloaded(tmp_path, capacity_share: float, policy: str, tracer: Tracer | None = None):
+    from accelerate.utils import offload_state_dict
+
+    model = tiny_model("llama", num_hidden_layers=4)
+    ref = tiny_model("llama", num_hidden_layers=4)
+    n = model.config.num_hidden_layers
+    device_map = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.norm": "cpu",
+                  "lm_head": "cpu", **{f"model.layers.{i}": "disk" for i in range(n)}}
+    disk = {k: v for k, v in model.state_dict().items() if k.startswith("model.layers.")}
+    offload_state_dict(str(tmp_path), disk)
+    total = sum(v.numel() * v.element_size() for v in disk.values())
+    weights = BufferedWeights(tmp_path, int(total * capacity_share), policy, tracer=tracer)
+    dispatch_buffered(model, device_map, weights)
+    return model, ref, weights, total
+
+
+@pytest.mark.parametrize("policy", ["lru", "llm"])
+def test_offloaded_model_matches_the_resident_one(tmp_path, policy: str) -> None:
+    model, ref, weights, total = offloaded(tmp_path, 0.5, policy)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(ids).logits, ref(ids).logits)
+    assert weights.cache.used <= weights.cache.capacity
+    assert weights.bytes_read >= total  # the first forward reads everything once
+
+
+def test_llm_policy_reads_less_than_lru_on_repeated_forwards(tmp_path) -> None:
+    ids = torch.tensor([[1, 2, 3]])
+    read = {}
+    for policy in ("lru", "llm"):
+        model, _, weights, total = offloaded(tmp_path / policy, 0.5, policy)
+        with torch.no_grad():
+            for _ in range(6):
+                model(ids)
+        read[policy] = weights.bytes_read
+    assert read["lru"] >= 5 * total  # every forward misses everything (a loop larger than the cache)
+    assert read["llm"] < 0.8 * read["lru"]
+
+
+def test_weight_reads_are_traced(tmp_path) -> None:
+    tracer = Tracer()
+    model, _, weights, _ = offloaded(tmp_path, 0.25, "llm", tracer)
+    with torch.no_grad():
+        model(torch.tensor([[1, 2]]))
+    assert len(tracer.accesses) == len(weights.index)
+    assert all(a.file.endswith(".dat") for a in tracer.accesses)
+
+
+def test_not_an_offload_folder(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="index.json"):
+        BufferedWeights(tmp_path, 10)

@@ -1,0 +1,85 @@
+import pytest
+
+from percache_plugin.buffer import BufferCache, make_policy, policy_names, simulate
+from percache_plugin.buffer.llm_aware import LLMAwarePolicy
+from percache_plugin.buffer.policies import LRUPolicy, PolicyRegistry, register_policy
+
+
+def loop(n: int, cycles: int) -> list[tuple[int, int, str]]:
+    return [(b, 1, "") for _ in range(cycles) for b in range(n)]
+
+
+def test_lru_gets_nothing_on_a_loop_larger_than_the_cache() -> None:
+    assert simulate(loop(10, 5), "lru", 8).hits == 0
+
+
+def test_llm_aware_pins_s_blocks_of_an_n_block_loop() -> None:
+    # after the first two cycles (classification), every cycle hits the S pinned blocks
+    stats = simulate(loop(10, 12), "llm", 6)
+    assert stats.hits >= 6 * 9
+    assert stats.hits <= 6 * 11
+
+
+def test_llm_aware_keeps_the_lowest_blocks_of_the_loop() -> None:
+    cache: BufferCache[int] = BufferCache(4, "llm")
+    for _ in range(4):
+        for b in range(10):
+            if cache.lookup(b) is None:
+                cache.offer(b, b, 1)
+    assert sorted(k for k in range(10) if k in cache) == [0, 1, 2, 3]
+
+
+def test_shorter_loops_pinned_first() -> None:
+    p = LLMAwarePolicy(4)
+    cache: BufferCache[int] = BufferCache(4, p)
+    for _ in range(6):
+        for b in [*range(3), *range(100, 120)]:  # 3-block loop and 20-block loop interleaved
+            if cache.lookup(b) is None:
+                cache.offer(b, b, 1)
+    assert {0, 1, 2} <= {k for k in [0, 1, 2] if k in cache}
+
+
+def test_declared_sequential_blocks_never_evict_others() -> None:
+    cache: BufferCache[int] = BufferCache(3, "llm")
+    for b in range(3):
+        cache.offer(b, b, 1, "hot")
+    assert not cache.offer(99, 99, 1, "seq")
+    assert all(b in cache for b in range(3))
+
+
+@pytest.mark.parametrize("name", ["lru", "lfu", "lecar", "llm"])
+def test_every_policy_stays_within_capacity(name: str) -> None:
+    cache: BufferCache[int] = BufferCache(100, name)
+    for i in range(2000):
+        k = (i * 7919) % 53
+        if cache.lookup(k) is None:
+            cache.offer(k, k, 1 + k % 17)
+        assert cache.used <= 100
+
+
+def test_lfu_keeps_frequent_entries() -> None:
+    accesses = [(0, 1, ""), (0, 1, ""), (0, 1, "")] + [(b, 1, "") for b in range(1, 6)] + [(0, 1, "")]
+    assert simulate(accesses, "lfu", 2).hits == 3
+
+
+def test_lecar_is_deterministic_for_a_seed() -> None:
+    trace = [((i * 31) % 40, 1, "") for i in range(3000)]
+    assert simulate(trace, "lecar", 10).hits == simulate(trace, "lecar", 10).hits
+
+
+def test_unknown_policy_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="lecar"):
+        make_policy("nope", 10)
+
+
+def test_registry_accepts_a_new_policy() -> None:
+    reg = PolicyRegistry()
+    register_policy("mine", LRUPolicy, reg)
+    assert "mine" in policy_names(reg) and "mine" not in policy_names()
+    assert isinstance(make_policy("mine", 5, reg), LRUPolicy)
+
+
+def test_oversized_entry_is_bypassed() -> None:
+    cache: BufferCache[int] = BufferCache(4, "lru")
+    assert not cache.offer("big", 1, 5)
+    assert cache.stats.bypassed == 1 and cache.used == 0
