@@ -8,37 +8,37 @@ from ..hooks.specs import hookimpl
 from .ram_tier import KVRamTier
 
 if TYPE_CHECKING:
-    from ..engine import PerCache
+    from ..hooks.contexts import EngineContext
     from ..kv.store import ChunkKV
 
 __all__ = ["RamTierKV"]
 
 
 class RamTierKV:
-    """Serve ``percache_load_chunk`` from a :class:`KVRamTier` of ``pc.config.ram_cache_bytes``
-    bytes (policy ``pc.config.ram_cache_policy``); defers to the store's loader when the budget
+    """Serve ``percache_load_chunk`` from a :class:`KVRamTier` of ``ctx.config.ram_cache_bytes``
+    bytes (policy ``ctx.config.ram_cache_policy``); defers to the store's loader when the budget
     is 0 or the store does not hold the node."""
 
     def __init__(self) -> None:
         self.tier: KVRamTier | None = None
 
-    def _tier(self, pc: PerCache) -> KVRamTier:
-        budget, policy = pc.config.ram_cache_bytes, pc.config.ram_cache_policy
+    def _tier(self, ctx: EngineContext) -> KVRamTier:
+        budget, policy = ctx.config.ram_cache_bytes, ctx.config.ram_cache_policy
         t = self.tier
-        if t is None or t.store is not pc.store or t.cache.capacity != budget or t.policy_name != policy:
+        if t is None or t.store is not ctx.store or t.cache.capacity != budget or t.policy_name != policy:
             if t is not None:
                 t.close()
-            t = self.tier = KVRamTier(pc.store, budget, policy)
+            t = self.tier = KVRamTier(ctx.store, budget, policy)
         return t
 
     @hookimpl(tryfirst=True)
-    def percache_load_chunk(self, pc: PerCache, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
-        if not pc.config.ram_cache_bytes:
+    def percache_load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+        if not ctx.config.ram_cache_bytes:
             if self.tier is not None:
                 self.tier.close()
                 self.tier = None
             return None
-        return self._tier(pc).get(key, token_ids)
+        return self._tier(ctx).get(key, token_ids)
 
     def ram_tier_stats(self) -> dict[str, float]:
         """Hits, misses, bytes and hit ratio of the tier (empty before the first load)."""
