@@ -146,7 +146,9 @@ class Config:
         None,
     )
     debug_log: bool = _help(
-        "Log one line per request at INFO level (logger 'percache') saying what was reused.",
+        "Log one line per request at INFO level (logger 'percache') saying what was reused, "
+        "and every QA-bank hit and no-relevant-documents answer. When the application has not "
+        "configured logging, percache adds its own stderr handler to that logger.",
         False,
     )
     session_kv_tokens: int | None = _help(

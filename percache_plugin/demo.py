@@ -28,6 +28,7 @@ SAMPLE_CHUNKS = (
 )
 QUESTION = "When and where is the choir rehearsal?"
 QUESTIONS = (QUESTION, "Where and when does the choir rehearse?", "Who borrowed the projector?")
+OFF_TOPIC = "Who won the football world cup in 2018?"
 
 
 BUNDLED = "smollm2"
@@ -44,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtype to load --model in")
     p.add_argument("--store", type=Path, default=None, help="store directory (default: a temporary one)")
     p.add_argument("--max-new-tokens", type=int, default=40)
-    p.add_argument("--idle-budget", type=float, default=240.0, help="seconds of idle-time work")
+    p.add_argument("--idle-budget", type=float, default=60.0,
+                   help="seconds of idle-time work (stops at the next token once spent)")
 
 
 def _exact_reuse(pc: PerCache, max_new: int) -> None:
@@ -60,29 +62,50 @@ def _exact_reuse(pc: PerCache, max_new: int) -> None:
         print("  Answer:", g.text.strip())
 
 
+def _show(pc: PerCache, q: str, max_new: int) -> None:
+    a = pc.ask(q, scope="me", max_new_tokens=max_new)
+    if a.source == "qa_bank":
+        how = (f"from the QA bank in {a.latency_s * 1000:.0f} ms (matched {a.matched_question!r}, "
+               f"similarity {a.similarity:.2f})")
+    elif a.source == "no_documents":
+        how = "no relevant notes found: not answered from nothing"
+    else:
+        s = a.stats
+        assert s is not None
+        how = (f"generated in {a.latency_s:.1f} s, first token {s.ttft_s * 1000:.0f} ms, "
+               f"reused {s.tokens_reused + s.tokens_shifted}/{s.prompt_tokens} prompt tokens")
+    print(f"\nQ: {q}\n  {how}\n  A: {a.text}")
+
+
+def paraphrase(question: str) -> str:
+    """A light rewording of a predicted question, as a user might type it."""
+    q = question.rstrip("?").strip()
+    for old, new in (("When is ", "when's "), ("What is ", "what's "), ("Who is ", "who's ")):
+        if q.startswith(old):
+            return new + q[len(old):] + "?"
+    return q[0].lower() + q[1:] + " ?"
+
+
 def _assistant(pc: PerCache, max_new: int, budget: float) -> None:
     print("\n== 2. The assistant: knowledge bank, idle-time prediction, QA bank")
     report = pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
     print(notes_line(report.documents, len({c.doc_id for c in report.new_chunks})))
-    print(f"Idle phase (up to {budget:.0f} s): summarizing the notes and predicting questions ...",
-          flush=True)
-    idle = pc.idle(budget_s=budget)
-    print(f"  {idle.tasks_run} tasks in {idle.seconds:.0f} s "
-          f"({idle.prefill_tokens} prompt + {idle.decode_tokens} decoded tokens in the background)")
-    print("  Predicted questions the cache prepared:")
-    for q in idle.predicted or ["(none: the model's output held no usable question)"]:
+    print(f"Idle phase (budget {budget:.0f} s): predicting questions about each note and "
+          "preparing their answers ...", flush=True)
+    idle = pc.idle(budget_s=budget, progress=True)
+    print(f"  {idle.summary()}")
+    predicted = [e.question for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted"]
+    print("  Questions the cache prepared answers for:")
+    for q in predicted or ["(none: the model's output held no usable question)"]:
         print("   -", q)
+    if predicted:
+        print("\nOne of them, asked in other words, is served from the cache:")
+        _show(pc, paraphrase(predicted[0]), max_new)
+    print("\nAnd the demo's own questions:")
     for q in QUESTIONS:
-        a = pc.ask(q, scope="me", max_new_tokens=max_new)
-        if a.source == "qa_bank":
-            how = f"from the QA bank in {a.latency_s * 1000:.0f} ms (matched {a.matched_question!r}, " \
-                  f"similarity {a.similarity:.2f})"
-        else:
-            s = a.stats
-            assert s is not None
-            how = (f"generated in {a.latency_s:.1f} s, first token {s.ttft_s * 1000:.0f} ms, "
-                   f"reused {s.tokens_reused + s.tokens_shifted}/{s.prompt_tokens} prompt tokens")
-        print(f"\nQ: {q}\n  {how}\n  A: {a.text}")
+        _show(pc, q, max_new)
+    print("\nA question the notes do not answer:")
+    _show(pc, OFF_TOPIC, max_new)
 
 
 def notes_line(received: int, new: int) -> str:
@@ -114,14 +137,13 @@ def run(args: argparse.Namespace) -> None:
     model, tok = _load(args.model, args.dtype)
     with tempfile.TemporaryDirectory(prefix="percache-demo-") as tmp:
         store = args.store or Path(tmp)
-        pc = enable(model, tok, store=store, reuse="shifted", prediction_quiet_s=0.0,
-                    prediction_stride=3, knowledge_rounds=1, abstract_max_chunks=3,
-                    background_max_new_tokens=32)
+        pc = enable(model, tok, store=store, reuse="shifted", background_max_new_tokens=32)
         print(f"percache enabled: {pc.capabilities.summary()}\nstore: {store}\n")
         _exact_reuse(pc, args.max_new_tokens)
         _assistant(pc, args.max_new_tokens, args.idle_budget)
         t = pc.stats()
         print(f"\nTotals: {t.requests} generations, {t.tokens_reused} prompt tokens reused exactly, "
-              f"{t.tokens_shifted} shifted, {t.tokens_computed} computed; "
-              f"{pc.store.total_bytes() / 1e6:.1f} MB of K/V stored")
+              f"{t.tokens_shifted} shifted, {t.tokens_computed} computed; QA bank {t.qa_hits} hits "
+              f"of {t.qa_lookups} lookups; {pc.store.total_bytes() / 1e6:.1f} MB of K/V stored "
+              f"(see 'percache store info {store}')")
         pc.disable()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from .assistant.worker import IdleWorker
 from .attention.rope import RopeShifter
 from .config import Config
 from .core.capabilities import Capabilities
+from .core.debuglog import ensure_handler
 from .engine import Engine, Prefilled
 from .hooks.manager import Hooks
 from .idle import IdleQueue, IdleReport
@@ -44,6 +46,8 @@ class PerCache:
         self.engine = Engine(model, tokenizer, store, config, plugins)
         self.assistant = Assistant(self.engine)
         self.sessions = Sessions(self.engine, self.engine.ctx.use_template)
+        if config.debug_log:
+            ensure_handler()
 
     # -- what the handle is made of -------------------------------------------------------
     @property
@@ -197,8 +201,12 @@ class PerCache:
         return self.assistant.stop_idle_worker()
 
     def stats(self) -> StatsTotals:
-        """Totals over the requests this handle served."""
-        return self.engine.stats()
+        """Totals over the requests this handle served, with the QA bank's lookups and hits
+        of this session (``qa_bank.stats()`` has its rejections; ``percache store info`` the
+        hit counts stored per entry)."""
+        totals = dataclasses.replace(self.engine.stats())
+        totals.qa_lookups, totals.qa_hits = self.assistant.qa_counters()
+        return totals
 
     # -- settings and life cycle -----------------------------------------------------------
     def configure(self, **changes: Any) -> Config:
@@ -216,6 +224,8 @@ class PerCache:
             self.assistant.check(new, changed)
             self.engine.configure(new, changed)
             self.assistant.configure(old, changed)
+            if self.config.debug_log:
+                ensure_handler()
             return self.config
 
     def close(self) -> None:

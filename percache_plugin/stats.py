@@ -79,11 +79,13 @@ class StatsTotals:
     load_misses: int = 0
     store_errors: int = 0
     fallbacks: int = 0
+    qa_lookups: int = 0  # QA-bank lookups and hits this session (filled by pc.stats())
+    qa_hits: int = 0
 
     def add(self, s: GenerationStats) -> None:
         self.requests += 1
         for f in dataclasses.fields(self):
-            if f.name in ("requests", "fallbacks"):
+            if f.name in ("requests", "fallbacks", "qa_lookups", "qa_hits"):
                 continue
             setattr(self, f.name, getattr(self, f.name) + getattr(s, f.name))
         self.fallbacks += bool(s.fallback)

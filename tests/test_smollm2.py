@@ -65,16 +65,40 @@ def test_cold_warm_and_fresh_process_equal_plain_generate(smollm2: tuple[Any, An
 
 
 def test_idle_prediction_populates_the_banks(smollm2: tuple[Any, Any]) -> None:
-    """The real model summarizes the notes, predicts questions, and the scheduler populates."""
+    """The real model predicts questions about each note, and the scheduler populates."""
     model, tok = smollm2
-    pc = percache.enable(model, tok, reuse="shifted", prediction_quiet_s=0.0, prediction_stride=3,
-                         knowledge_rounds=1, abstract_max_chunks=3, background_max_new_tokens=32)
+    pc = percache.enable(model, tok, reuse="shifted", prediction_stride=3, knowledge_rounds=1,
+                         abstract_max_chunks=3, background_max_new_tokens=32)
     pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
     report = pc.idle()
-    assert report.by_kind.get("abstract") == 1 and report.by_kind.get("predict_knowledge") == 1
+    assert report.by_kind.get("abstract") == 1 and report.by_kind.get("predict_knowledge") == 3
     assert pc.prediction_state.abstract("me")
     assert report.predicted, "SmolLM2 predicted no usable question"
     predicted = [e for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted"]
     assert {e.question for e in predicted} == set(report.predicted)
     assert report.decode_tokens > 0 and pc.background_stats.total.flops > 0
+    pc.disable()
+
+
+def test_newcomer_first_minute(smollm2: tuple[Any, Any], tmp_path: Path) -> None:
+    """What a new user does first, with the defaults: fresh store, the demo notes, one idle
+    minute. At least 3 questions predicted, the budget kept (plus one decode step), and a
+    paraphrase of a predicted question served from the QA bank."""
+    model, tok = smollm2
+    pc = percache.enable(model, tok, store=tmp_path)
+    # One decode step of this model on this machine, measured now.
+    g = pc.generate(["Hi.", "Count to ten."], max_new_tokens=16, do_sample=False)
+    step = (g.stats.total_s - g.stats.ttft_s) / max(1, g.stats.new_tokens - 1)
+    pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
+    report = pc.idle(budget_s=60)
+    print(report.summary(), f"decode step {step * 1000:.0f} ms", report.predicted)
+    assert len(report.predicted) >= 3, report.predicted
+    assert report.seconds <= 60 + 2 * step + 0.5, (report.seconds, step)
+    served = [e for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted" and e.answer]
+    assert served, "no predicted question was answered within the minute"
+    paraphrase = percache.demo_paraphrase(served[0].question) if hasattr(percache, "demo_paraphrase") \
+        else served[0].question.rstrip("?").lower() + " ?"
+    a = pc.ask(paraphrase, scope="me", max_new_tokens=16)
+    assert a.source == "qa_bank", (paraphrase, a.rejected_by)
+    assert a.matched_question == served[0].question
     pc.disable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from ..best_effort import best_effort
 from ..rag.embeddings import DEFAULT_MODEL_NAME
 from ..segments import Segment
 from ..stats import GenerationStats
+
+log = logging.getLogger("percache")
 
 if TYPE_CHECKING:
     from ..core.query import Query
@@ -128,10 +131,16 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
         if entry.question.strip().lower() != query.text.strip().lower():
             with best_effort("queueing the answer for idle time", a.engine.stats()):
                 a.idle_queue.push("answer", query.text, scope)
+        if a.config.debug_log:
+            log.info("percache QA hit: %r served the answer of %r (similarity %.3f, entry #%d)",
+                     query.text, entry.question, result.match.similarity, entry.id)
         return Answer(entry.answer or "", "qa_bank", entry.sources, entry.question,
                       result.match.similarity, latency_s=time.perf_counter() - t0)
     relevance = best_relevance(a, query, chunks)
     if not relevant(a, chunks, relevance):
+        if a.config.debug_log:
+            log.info("percache no relevant documents for %r (best chunk similarity %s)",
+                     query.text, "none" if relevance is None else f"{relevance:.3f}")
         return Answer(no_documents_text(scope), "no_documents", (),
                       rejected_by=result.rejected_by if result is not None else None,
                       latency_s=time.perf_counter() - t0, relevance=relevance)

@@ -95,6 +95,16 @@ class Assistant:
             raise LookupError(f"the built-in QA bank is not registered ({QA_BANK_PLUGIN})")
         return bank
 
+    def qa_counters(self) -> tuple[int, int]:
+        """QA-bank lookups and hits of this session (0, 0 before the bank was first used)."""
+        if self._embedder is None:  # nothing was embedded yet, so nothing was looked up
+            return 0, 0
+        bank = self.builtin_qa_bank()
+        if bank is None:
+            return 0, 0
+        counters = bank.stats()
+        return int(counters["lookups"]), int(counters["hits"])  # type: ignore[call-overload]
+
     def _db_path(self) -> Any:
         return None if self.engine.store.path is None else self.engine.store.path / DB_NAME
 

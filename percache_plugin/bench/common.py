@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_QMSUM", "QMSUM_HINT", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
+__all__ = ["DEFAULT_QMSUM", "QMSUM_HINT", "THREADS_HELP", "spread", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
 
 DEFAULT_QMSUM = Path("../shared/data/qmsum")
 QMSUM_HINT = ("the benchmarks replay real meeting transcripts from QMSum "
@@ -48,6 +48,18 @@ def transcript_chunks(data: Path, n_chunks: int, words: int, *, meeting: int = 0
                 break
     query = m["specific_query_list"][0]["query"] if m["specific_query_list"] else m["general_query_list"][0]["query"]
     return chunks, query
+
+
+THREADS_HELP = ("torch threads (default 1: on a shared or busy machine more threads make timings, "
+                "and the ratios between them, swing widely; 1 thread kept them stable)")
+
+
+def spread(xs: Sequence[float]) -> tuple[float, float]:
+    """The interquartile range (25th, 75th percentile) of ``xs``: how much repeats disagree."""
+    if not xs:
+        return float("nan"), float("nan")
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return q[0], q[2]
 
 
 def median(xs: Sequence[float]) -> float:

@@ -27,7 +27,7 @@ from ..config import Config
 from ..handle import PerCache, enable
 from ..hooks.specs import hookimpl
 from ..rag.qmsum import iter_meetings, meeting_text
-from .common import DEFAULT_QMSUM, markdown_table, median, require_qmsum, write_json
+from .common import DEFAULT_QMSUM, THREADS_HELP, markdown_table, median, require_qmsum, write_json
 
 __all__ = ["add_arguments", "run"]
 
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", type=Path, default=PAIRS, help="paraphrase pairs (JSON)")
     p.add_argument("--repeats", type=int, default=5, help="foreground requests per side")
     p.add_argument("--questions", type=int, default=6, help="predicted questions per policy")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--json", type=Path, default=None)
 
 

@@ -25,6 +25,7 @@ from ..bundled import load_smollm2
 from ..handle import PerCache, enable
 from .common import (
     DEFAULT_QMSUM,
+    THREADS_HELP,
     markdown_table,
     median,
     require_qmsum,
@@ -52,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--answer-tokens", type=int, default=64, help="greedy answer length")
     p.add_argument("--strategies", nargs="+", default=list(DEFAULT_STRATEGIES))
     p.add_argument("--repeats", type=int, default=3, help="timed runs per side (median)")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--json", type=Path, default=None)
 
 

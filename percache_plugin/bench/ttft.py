@@ -8,14 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from ..bundled import load_smollm2
 from ..handle import enable
 from .common import (
     DEFAULT_QMSUM,
+    THREADS_HELP,
     markdown_table,
     median,
     require_qmsum,
+    spread,
     transcript_chunks,
     write_json,
 )
@@ -30,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=int, default=8, help="reusable chunks in the prompt")
     p.add_argument("--words", type=int, default=170, help="words per chunk (about 1.4 tokens each)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs of each side")
-    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--storage-dtype", default=None, help="store K/V as this dtype (default: model's)")
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification on load")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -49,7 +52,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         prompt = pc.prompt(segments)
         cold = pc.generate(segments, **gen)  # fills the on-disk store
         plain, cached, reused = [], [], []
-        for _ in range(args.repeats):  # interleaved, so both sides see the same machine load
+        # Interleaved, so both sides see the same machine load; each repeat gives one ratio.
+        for _ in tqdm(range(args.repeats), desc="bench ttft", unit="repeat", disable=None):
             with pc.disabled():
                 g = pc.generate(segments, **gen)
                 plain.append(g.stats.ttft_s)
@@ -69,6 +73,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ttft_plain_median_s": median(plain),
             "ttft_cached_median_s": median(cached),
             "ratio": median(plain) / median(cached),
+            "ratio_per_repeat": [p / c for p, c in zip(plain, cached, strict=True)],
+            "ratio_iqr": spread([p / c for p, c in zip(plain, cached, strict=True)]),
             "tokens_reused": reused[-1],
             "tokens_computed": prompt.n_tokens - reused[-1],
             "cold_ttft_s": cold.stats.ttft_s,
@@ -81,10 +87,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         pc.disable()
     print(markdown_table(
-        ["prompt tokens", "reused", "computed", "TTFT plain (median)", "TTFT cached (median)", "ratio", "bytes/token"],
+        ["prompt tokens", "reused", "computed", "TTFT plain (median)", "TTFT cached (median)", "ratio",
+         "ratio IQR (per repeat)", "threads", "bytes/token"],
         [[result["prompt_tokens"], result["tokens_reused"], result["tokens_computed"],
           f"{result['ttft_plain_median_s']:.3f} s", f"{result['ttft_cached_median_s']:.3f} s",
-          f"{result['ratio']:.1f}x", f"{result['bytes_per_token']:.0f}"]],
+          f"{result['ratio']:.1f}x", "{:.1f}x - {:.1f}x".format(*result["ratio_iqr"]), args.threads,
+          f"{result['bytes_per_token']:.0f}"]],
     ))
     write_json(args.json, result)
     return result

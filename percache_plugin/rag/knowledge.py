@@ -239,12 +239,25 @@ class KnowledgeBank:
                     chunks.setdefault(c.id, c)
             new = [c for c in chunks.values() if c.id not in self._index]
             if new:
-                vectors = self.embedder.embed([c.text for c in new]).astype(np.float32)
+                vectors = self._embed_with_progress([c.text for c in new])
                 self._unsaved += self._rows.insert(new, vectors)
                 self._sync()
                 self._save()
                 self._write_meta()
             return AddReport(len(documents), tuple(new), len(chunks) - len(new))
+
+    def _embed_with_progress(self, texts: list[str], batch: int = 64) -> np.ndarray:
+        """Embed ``texts``; a progress bar (stderr, terminals only) when there are many."""
+        if len(texts) <= batch:
+            return self.embedder.embed(texts).astype(np.float32)
+        from tqdm import tqdm
+
+        parts = []
+        with tqdm(total=len(texts), desc="embedding chunks", unit="chunk", disable=None) as bar:
+            for i in range(0, len(texts), batch):
+                parts.append(self.embedder.embed(texts[i:i + batch]).astype(np.float32))
+                bar.update(len(texts[i:i + batch]))
+        return np.concatenate(parts)
 
     def retrieve(self, query: str, k: int = 3, *, scope: str | None = None,
                  query_embedding: np.ndarray | None = None) -> list[Chunk]:
