@@ -21,7 +21,7 @@ __all__ = ["main", "COMMANDS", "BENCHMARKS"]
 
 # name -> (module, help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("percache_plugin.demo", "run the default assistant on the bundled SmolLM2 model"),
+    "demo": ("percache_plugin.demo", "run the assistant demo on the bundled small model, or on yours with --model"),
     "plugins": ("percache_plugin.plugin_list", "list the loaded plugins and their hooks"),
     "conformance": ("percache_plugin.conformance.cli",
                     "check percache's correctness and capabilities on a model"),

@@ -146,4 +146,4 @@ def run(args: argparse.Namespace) -> None:
               f"{t.tokens_shifted} shifted, {t.tokens_computed} computed; QA bank {t.qa_hits} hits "
               f"of {t.qa_lookups} lookups; {pc.store.total_bytes() / 1e6:.1f} MB of K/V stored "
               f"(see 'percache store info {store}')")
-        pc.disable()
+        pc.close()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..core.preemption import Preempted
 from ..hooks.specs import hookimpl
@@ -179,6 +180,23 @@ def round_seed(task: IdleTask, source: str) -> int:
     return zlib.crc32(key.encode("utf-8"))
 
 
+class _StopAtBlankLine(StoppingCriteria):
+    """Stops a prediction at the first blank line after some text: the questions are one per
+    line, and what a small model writes after them (another "Note: ...") is wasted decoding."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.start: int | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        if self.start is None:
+            self.start = input_ids.shape[1] - 1
+        text = self.tokenizer.decode(input_ids[0, self.start:].tolist(), skip_special_tokens=True)
+        done = "\n\n" in text.lstrip()
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool,  # type: ignore[return-value]
+                          device=input_ids.device)
+
+
 def _knowledge_source(a: Assistant, task: IdleTask) -> tuple[str, bool]:
     """The note a knowledge prediction asks about (``""`` if it is gone), and whether this
     round samples (later rounds) rather than decoding greedily (the first)."""
@@ -203,13 +221,15 @@ def _predict(a: Assistant, task: IdleTask, report: IdleReport) -> None:
         return
     segments = [Segment(_PREDICT_SYSTEM, "system"), Segment(prompt, "query")]
     max_new = min(a.config.background_max_new_tokens * 2, 16 * n + 8)  # ~16 tokens a question
+    stop = StoppingCriteriaList([_StopAtBlankLine(a.engine.tokenizer)])
     if sample:  # each round samples differently (seeded, so runs repeat)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(round_seed(task, source))
             gen = a.engine.generate(segments, max_new_tokens=max_new, do_sample=True,
-                                    temperature=0.8, top_p=0.95)
+                                    temperature=0.8, top_p=0.95, stopping_criteria=stop)
     else:
-        gen = a.engine.generate(segments, max_new_tokens=max_new, do_sample=False)
+        gen = a.engine.generate(segments, max_new_tokens=max_new, do_sample=False,
+                                stopping_criteria=stop)
     _account(a, report, task.kind, gen.stats)
     kept: list[str] = []
     vectors: list[np.ndarray] = []

@@ -567,9 +567,12 @@ def _plots(out: Path, users: Sequence[str], methods: Sequence[Method], runs: Seq
         written["hit_rates"] = plots.hit_rates(pairs, out / PLOTS["hit_rates"]).name
     if sweep:
         cutoff = getattr(Config(), "population_cutoff", None)
+        default_tau = next((float(p["tau"]) for p in sweep
+                            if str(p.get("note", "")).startswith("main run")),
+                           Config().similarity_threshold)
         written["tau_sweep"] = plots.tau_sweep(sweep, out / PLOTS["tau_sweep"],
                                                method=sweep_method, user=first,
-                                               cutoff=cutoff).name
+                                               cutoff=cutoff, default_tau=default_tau).name
     return written
 
 

@@ -9,13 +9,25 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-__all__ = ["per_query_latency", "mean_latency", "hit_rates", "tau_sweep"]
+__all__ = ["per_query_latency", "mean_latency", "hit_rates", "tau_sweep", "plain_log_axis"]
 
 _MARKERS = "osD^v<>pPhX*"
+
+
+def _minor_label(v: float, _pos: int | None = None) -> str:
+    leading = f"{v:e}"[0]  # the mantissa's first digit: label 2, 3 and 5 only, so labels never crowd
+    return f"{v:g}" if leading in "235" else ""
+
+
+def plain_log_axis(axis: Axis) -> None:
+    """Tick labels of a log axis as plain numbers (0.5, 2, 3), not ``6x10^0``."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(FuncFormatter(_minor_label))
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -36,6 +48,7 @@ def per_query_latency(series: Mapping[str, Sequence[tuple[float, float, bool]]],
     """
     fig = Figure(figsize=(13, 4.5))
     axes = [fig.add_subplot(1, 2, k + 1) for k in range(2)]
+    any_hit = any(p[2] for points in series.values() for p in points)
     for k, (ax, name) in enumerate(zip(axes, ("latency", "time to first token"), strict=True)):
         for i, (label, points) in enumerate(series.items()):
             xs = list(range(1, len(points) + 1))
@@ -46,14 +59,15 @@ def per_query_latency(series: Mapping[str, Sequence[tuple[float, float, bool]]],
                 ax.scatter(*zip(*hits, strict=True), s=140, facecolors="none",
                            edgecolors="black", linewidths=1.0, zorder=5)
         ax.set_yscale("log")
+        plain_log_axis(ax.yaxis)
         ax.set_xlabel("question (in the order asked)")
         ax.set_ylabel(f"{name} (s, log scale)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, which="both", alpha=0.3)
     if series:
         axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"Per-question latency, user {user} (circled: answered from the QA bank)",
-                 fontsize=11)
+    note = "circled: answered from the QA bank" if any_hit else "no answer came from the QA bank"
+    fig.suptitle(f"Per-question latency, user {user} ({note})", fontsize=11)
     return _save(fig, path)
 
 
@@ -116,6 +130,10 @@ def hit_rates(pairs: Sequence[tuple[str, Mapping[str, float] | None, Mapping[str
         ax.set_xticks(xs, [p[0] for p in pairs], fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_title(title)
+        ran = [float(v.get(key) or 0.0) for p in pairs for v in (p[1], p[2]) if v is not None]
+        if ran and not any(ran):  # an empty-looking panel says why
+            ax.text(0.5, 0.5, "0% for every method in this run", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=10, color="dimgrey")
         ax.grid(True, axis="y", alpha=0.3)
         if k == 0:
             ax.legend(fontsize=8)
@@ -123,13 +141,14 @@ def hit_rates(pairs: Sequence[tuple[str, Mapping[str, float] | None, Mapping[str
 
 
 def tau_sweep(points: Sequence[Mapping[str, float | None]], path: Path, *, method: str,
-              user: str, cutoff: float | None = None) -> Path:
+              user: str, cutoff: float | None = None, default_tau: float | None = None) -> Path:
     """Latency, ROUGE-L and QA-bank hit rate against the similarity threshold (Fig. 19 shape).
 
     :param points: dicts with ``tau``, ``latency_mean_s``, ``rouge_l_ref``, ``rouge_l_naive``
         (may be None) and ``qa_hit_rate``, sorted by ``tau``.
     :param cutoff: the scheduler's population cutoff, drawn as a dashed line (above it,
         predictions are only prefilled).
+    :param default_tau: the default threshold, drawn as a dotted line.
     """
     taus = [float(p["tau"] or 0.0) for p in points]
     fig = Figure(figsize=(11, 3.6))
@@ -148,12 +167,15 @@ def tau_sweep(points: Sequence[Mapping[str, float | None]], path: Path, *, metho
         if cutoff is not None:
             ax.axvline(cutoff, color="grey", linestyle="--", linewidth=1,
                        label="population cutoff")
+        if default_tau is not None:
+            ax.axvline(default_tau, color="C3", linestyle=":", linewidth=1.5,
+                       label=f"default tau {default_tau:g}")
         if k > 0:
             ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("similarity threshold tau")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        if len(curves) > 1 or (cutoff is not None and k == 0):
+        if len(curves) > 1 or ((cutoff is not None or default_tau is not None) and k == 0):
             ax.legend(fontsize=8)
     fig.suptitle(f"Threshold sweep: {method}, user {user}")
     return _save(fig, path)
