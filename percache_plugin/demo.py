@@ -110,9 +110,12 @@ def _assistant(pc: PerCache, max_new: int, budget: float) -> None:
 
 def notes_line(received: int, new: int) -> str:
     """'Added 3 new notes.' / '0 new notes (3 already stored).'"""
+    def notes(n: int) -> str:
+        return f"{n} new note" + ("" if n == 1 else "s")
+
     if new == received:
-        return f"Added {new} new notes."
-    return f"{new} new notes ({received - new} already stored)."
+        return f"Added {notes(new)}."
+    return f"{notes(new)} ({received - new} already stored)."
 
 
 def _load(name: str, dtype: str) -> tuple[object, object]:
