@@ -174,6 +174,18 @@ class Config:
         "(exact K/V again for them; later tokens stay shifted).",
         0,
     )
+    drafting: bool = _help(
+        "Greedy decoding verifies drafts copied from the prompt, the nearest QA-bank answers and "
+        "earlier turns (speculative decoding): the tokens are exactly those of plain greedy "
+        "decoding, fewer forwards are run. Sampling (do_sample=True) and beam search always "
+        "decode plainly. False decodes plainly always (docs/BENCHMARKS.md, 'Decoding with drafts').",
+        True,
+    )
+    draft_sources: tuple[str, ...] | None = _help(
+        "Names of the draft sources to use ('prompt', 'qa_bank', 'session', 'output' or a "
+        "plugin's); None uses every source offered.",
+        None,
+    )
 
     def __post_init__(self) -> None:  # noqa: C901 - one check per field
         if self.storage_dtype is not None and self.storage_dtype not in _DTYPES:
@@ -236,6 +248,7 @@ class Config:
                 not isinstance(self.qa_byte_limit, int) or self.qa_byte_limit <= 0):
             raise ConfigError(f"qa_byte_limit must be a positive int or None, got {self.qa_byte_limit!r}")
         self._check_session()
+        self._check_drafting()
 
     def _check_session(self) -> None:
         budget = self.session_kv_tokens
@@ -250,6 +263,16 @@ class Config:
         head = self.session_recompute_head
         if isinstance(head, bool) or not isinstance(head, int) or head < 0:
             raise ConfigError(f"session_recompute_head must be an int >= 0, got {head!r}")
+
+    def _check_drafting(self) -> None:
+        if not isinstance(self.drafting, bool):
+            raise ConfigError(f"drafting must be True or False, got {self.drafting!r}")
+        if self.draft_sources is not None:
+            if isinstance(self.draft_sources, str) or not isinstance(self.draft_sources, (tuple, list)) \
+                    or not all(isinstance(n, str) and n for n in self.draft_sources):
+                raise ConfigError("draft_sources must be None or a sequence of source names, "
+                                  f"got {self.draft_sources!r}")
+            self.draft_sources = tuple(self.draft_sources)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> Config:

@@ -32,7 +32,14 @@ from .config import Config, ConfigError
 from .core.capabilities import Capabilities
 from .core.preemption import Preempted, Preemption
 from .core.registry import Registry
-from .decode import context_limit, dtype_device, run_generate
+from .decode import (
+    DraftedDecoding,
+    DraftHints,
+    context_limit,
+    dtype_device,
+    greedy_reason,
+    run_generate,
+)
 from .fingerprint import model_fingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
@@ -240,10 +247,13 @@ class Engine:
                 f"model's context of {limit} tokens"
             )
 
-    def generate(self, segments: Sequence[str | Segment], **generate_kwargs: Any) -> Generation:
+    def generate(self, segments: Sequence[str | Segment], *, drafts: DraftHints | None = None,
+                 **generate_kwargs: Any) -> Generation:
         """Generate from ``[system, chunk, ..., query]`` reusing stored chunk K/V.
 
         Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64).
+        Greedy decoding verifies drafts (``Config.drafting``) from the ``percache_draft_sources``
+        hook, which receives ``drafts`` (texts or token ids to draft from, by source name).
         """
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
@@ -253,13 +263,24 @@ class Engine:
             gen = None
             try:
                 preempt = self.preemption.flag if self.preemption.in_background() else None
+                drafting = self._drafting(prompt, generate_kwargs, drafts, stats)
                 gen = run_generate(self.model, self.tokenizer, prompt, cache, served, stats,
-                                   generate_kwargs, t0, preempt, self.preemption.deadline)
+                                   generate_kwargs, t0, preempt, self.preemption.deadline, drafting)
             finally:
                 finish(cache, gen, gen is not None)
             if gen.stats.fallback == "preempted":
                 raise Preempted("background generation yielded to a foreground request")
             return gen
+
+    def _drafting(self, prompt: Prompt, kwargs: dict[str, Any], hints: DraftHints | None,
+                  stats: GenerationStats) -> DraftedDecoding | None:
+        """The drafted decoding loop for this request, or None (``stats.drafting`` says why)."""
+        reason = "off" if not (self.config.drafting and self._enabled) else greedy_reason(self.model, kwargs)
+        if reason:
+            stats.drafting = reason
+            return None
+        sources = self.hooks.draft_sources(self.ctx, prompt, hints or DraftHints())
+        return DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources)
 
     def prefill(self, segments: Sequence[str | Segment]) -> Prefilled:
         """Run only the reuse path: a cache holding every prompt position but the last.

@@ -34,6 +34,18 @@ class GenerationStats:
     ttft_s: float = 0.0
     total_s: float = 0.0
     load_s: float = 0.0
+    # decoding with verified drafts (percache_plugin.decode); zero when drafting is off
+    drafting: str = ""  # "on", or why drafting was not used ("off", "sampling", ...)
+    tokens_drafted: int = 0  # draft tokens fed to the model for verification
+    tokens_accepted: int = 0  # of them, equal to what the model chose (kept)
+    decode_forwards: int = 0  # model forwards during decoding (the first token's included)
+    forwards_saved: int = 0  # new_tokens - decode_forwards: forwards plain decoding would add
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+
+    def acceptance_by_source(self) -> dict[str, float]:
+        """Accepted / drafted tokens per draft source."""
+        return {k: self.accepted_by_source.get(k, 0) / v for k, v in self.drafted_by_source.items() if v}
 
     def summary(self) -> str:
         return (
@@ -43,6 +55,8 @@ class GenerationStats:
             f"ttft={self.ttft_s * 1000:.1f}ms total={self.total_s * 1000:.1f}ms"
             + (f" fallback={self.fallback}" if self.fallback else "")
             + (f" store_errors={self.store_errors}" if self.store_errors else "")
+            + (f" drafted={self.tokens_drafted} accepted={self.tokens_accepted} "
+               f"forwards_saved={self.forwards_saved}" if self.tokens_drafted else "")
         )
 
 
@@ -78,6 +92,9 @@ class StatsTotals:
     bytes_stored: int = 0
     load_misses: int = 0
     store_errors: int = 0
+    tokens_drafted: int = 0
+    tokens_accepted: int = 0
+    forwards_saved: int = 0
     fallbacks: int = 0
     qa_lookups: int = 0  # QA-bank lookups and hits this session (filled by pc.stats())
     qa_hits: int = 0

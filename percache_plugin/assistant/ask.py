@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..best_effort import best_effort
+from ..decode.sources import QA_BANK, DraftHints
 from ..rag.embeddings import DEFAULT_MODEL_NAME
 from ..segments import Segment
 from ..stats import GenerationStats
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from .assistant import Assistant
 
-__all__ = ["AUTO_RELEVANCE", "Answer", "ask", "best_relevance", "generate_answer", "no_documents_text",
+__all__ = ["QA_DRAFT_SIMILARITY", "qa_drafts", "AUTO_RELEVANCE", "Answer", "ask", "best_relevance", "generate_answer", "no_documents_text",
            "relevant", "segments_for"]
 
 
@@ -74,11 +75,26 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     ordered = _ordered(chunks)
     sources = tuple(c.id for c in ordered)
     generate_kwargs.setdefault("do_sample", False)
+    if a.config.drafting and "drafts" not in generate_kwargs:
+        generate_kwargs["drafts"] = qa_drafts(a, query, scope)
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
     text = gen.text.strip()
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
         a.hooks.qa_store(a.ctx, query, text, scope, sources, origin)
     return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0)
+
+
+QA_DRAFT_SIMILARITY = 0.4
+"""Stored answers of questions at least this similar are offered as drafts (verified by the
+model, so near misses below the serving threshold or refused by a guard are safe)."""
+
+
+def qa_drafts(a: Assistant, query: Query, scope: str | None, k: int = 3) -> DraftHints:
+    """The stored answers of the ``k`` questions of ``scope`` most similar to ``query``."""
+    matches = a.qa_bank.similar(query.text, tau=QA_DRAFT_SIMILARITY, scope=scope,
+                                embedding=query.embedding, k=k)
+    answers = [m.entry.answer for m in matches if m.entry.answer]
+    return DraftHints(texts={QA_BANK: answers}) if answers else DraftHints()
 
 
 AUTO_RELEVANCE = 0.25

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..attention.masks import MaskFunction
     from ..attention.profile import ModelProfile
     from ..core.query import Query
+    from ..decode.sources import DraftHints, DraftSource
     from ..kv.edit import CacheEditor
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext, RecomputeStrategy
@@ -47,6 +48,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:BuiltinProfiles",
     "percache_plugin.plugins.builtin:RequestLog",
     "percache_plugin.plugins.session:OldestTurnsFirst",
+    "percache_plugin.plugins.drafts:BuiltinDraftSources",
     "percache_plugin.assistant.scheduler:BuiltinIdleTasks",
 )
 
@@ -123,6 +125,11 @@ class Hooks:
         handled = self._hook.percache_store_chunk(ctx=ctx, key=key, piece=piece, parent=parent,
                                                   kv=kv, exact=exact)
         return bool(handled)
+
+    def draft_sources(self, ctx: EngineContext, prompt: Prompt, hints: DraftHints) -> list[DraftSource]:
+        """Every source every plugin offers, in hook order."""
+        offered = self._hook.percache_draft_sources(ctx=ctx, prompt=prompt, hints=hints)
+        return [src for found in offered if found for src in found]
 
     def request_start(self, ctx: EngineContext, prompt: Prompt) -> None:
         self._hook.percache_request_start(ctx=ctx, prompt=prompt)

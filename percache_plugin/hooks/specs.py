@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..attention.masks import MaskFunction
     from ..attention.profile import ModelProfile
     from ..core.query import Query
+    from ..decode.sources import DraftHints, DraftSource
     from ..kv.edit import CacheEditor
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext, RecomputeStrategy
@@ -154,6 +155,24 @@ def percache_store_chunk(
     :param exact: False when the K/V was computed in a context that itself holds approximate
         (shifted) K/V; such entries must never serve exact reuse.
     :return: True when handled (stored or deliberately skipped), None to defer to the next plugin.
+    """
+
+
+@hookspec
+def percache_draft_sources(ctx: EngineContext, prompt: Prompt, hints: DraftHints) -> Sequence[DraftSource] | None:
+    """Offer token sequences that greedy decoding may draft from. Every implementation is called.
+
+    Called once per ``generate()`` that decodes greedily with ``ctx.config.drafting`` on. Drafts
+    are verified by the model (the output is exactly that of plain greedy decoding), so a source
+    may offer anything, near misses included; a poor source costs time, not correctness. The
+    built-in plugin offers the prompt (system prompt, chunks, question) and every entry of
+    ``hints`` (the nearest QA-bank answers, earlier assistant turns). ``ctx.config.draft_sources``
+    filters the sources by name afterwards.
+
+    :param ctx: the engine context (``ctx.tokenizer`` to tokenize texts).
+    :param prompt: the tokenized prompt.
+    :param hints: texts and token ids the caller offered, by source name.
+    :return: draft sources (:class:`~percache_plugin.decode.sources.DraftSource`), or None.
     """
 
 

@@ -14,10 +14,11 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from .segments import Prompt
-from .stats import Generation, GenerationStats
+from ..segments import Prompt
+from ..stats import Generation, GenerationStats
+from .verify import DraftedDecoding
 
-__all__ = ["context_limit", "dtype_device", "run_generate"]
+__all__ = ["context_limit", "dtype_device", "greedy_reason", "run_generate"]
 
 
 class _PreemptCheck(StoppingCriteria):
@@ -64,12 +65,31 @@ def dtype_device(model: Any) -> tuple[torch.dtype, torch.device]:
     return p.dtype, p.device
 
 
+def greedy_reason(model: Any, kwargs: dict[str, Any]) -> str:
+    """Why a ``generate`` call with ``kwargs`` is not plain greedy decoding ("" when it is)."""
+    cfg = kwargs.get("generation_config") or model.generation_config
+    if kwargs.get("do_sample", cfg.do_sample):
+        return "sampling"
+    if kwargs.get("num_beams", cfg.num_beams) not in (None, 1):
+        return "beam search"
+    for name in ("assistant_model", "prompt_lookup_num_tokens", "custom_generate", "penalty_alpha"):
+        if kwargs.get(name) is not None:
+            return name
+    if kwargs.get("num_return_sequences", cfg.num_return_sequences) not in (None, 1):
+        return "num_return_sequences"
+    return ""
+
+
 def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served: int,
                  stats: GenerationStats, kwargs: dict[str, Any], t0: float,
-                 preempt: threading.Event | None, deadline: float | None = None) -> Generation:
+                 preempt: threading.Event | None, deadline: float | None = None,
+                 drafting: DraftedDecoding | None = None) -> Generation:
     """Generate from ``prompt`` over ``cache`` (which serves its first ``served`` positions);
     with ``preempt``, stop after the token during which it was set, with ``deadline``, after
-    the token during which it passed (``stats.fallback == "preempted"`` either way)."""
+    the token during which it passed (``stats.fallback == "preempted"`` either way).
+
+    With ``drafting`` (greedy decoding only, see :func:`greedy_reason`) the decoding loop is
+    :class:`~percache_plugin.decode.verify.DraftedDecoding`: the same tokens, fewer forwards."""
     device = dtype_device(model)[1]
     stats.tokens_computed = prompt.n_tokens - served
     ids = torch.tensor([prompt.input_ids], device=device)
@@ -83,6 +103,8 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = tokenizer.eos_token_id
+    if drafting is not None:
+        kwargs = {**kwargs, "custom_generate": drafting}
     with torch.inference_mode():
         out = model.generate(
             ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
@@ -91,6 +113,14 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
         )
     new = out.sequences[0, prompt.n_tokens:].tolist()
     stats.new_tokens = len(new)
+    if drafting is not None:
+        c = drafting.counts
+        stats.drafting = "on"
+        stats.tokens_drafted, stats.tokens_accepted = c.drafted, c.accepted
+        stats.decode_forwards = c.forwards
+        stats.forwards_saved = len(new) - c.forwards
+        stats.drafted_by_source = dict(c.drafted_by_source)
+        stats.accepted_by_source = dict(c.accepted_by_source)
     if check is not None and check.fired:
         stats.fallback = "preempted"
     stats.ttft_s = (clock.t or time.perf_counter()) - t0

@@ -1,0 +1,12 @@
+"""Decoding: running ``generate`` over a prepared cache, and greedy decoding with drafts
+copied from the prompt, the QA bank and the conversation, verified by the model."""
+
+from .generate import context_limit, dtype_device, greedy_reason, run_generate
+from .lookup import Draft, DraftIndex
+from .schedule import DraftSchedule
+from .sources import DraftHints, DraftSource, prompt_source, text_source
+from .verify import DraftCounts, DraftedDecoding
+
+__all__ = ["context_limit", "dtype_device", "greedy_reason", "run_generate", "Draft", "DraftIndex",
+           "DraftSchedule", "DraftHints", "DraftSource", "prompt_source", "text_source",
+           "DraftCounts", "DraftedDecoding"]

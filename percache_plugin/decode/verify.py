@@ -1,0 +1,143 @@
+"""Greedy decoding with verified drafts, as a ``custom_generate`` decoding method.
+
+transformers 5.x offers no supported way to feed custom candidates to its assisted decoding
+(``_get_candidate_generator`` is private and builds only its own generators;
+``prompt_lookup_num_tokens`` reads only the prompt). It does accept a callable as
+``generate(custom_generate=...)``, which replaces the decoding loop and receives generate's
+prepared logits processors, stopping criteria (eos, ``max_new_tokens``, the caller's own) and
+cache. :class:`DraftedDecoding` is such a loop: feed the pending token plus ``k`` draft tokens
+in one forward, choose each next token exactly as greedy decoding does (processors, argmax),
+keep the draft tokens up to the first disagreement, and crop the cache back to the kept
+tokens (``cache.crop``). The tokens are those of plain greedy decoding; only the number of
+forwards changes. Sampling is not supported here (the engine then decodes plainly).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from .lookup import OUTPUT, Draft, DraftIndex
+from .schedule import DraftSchedule
+from .sources import DraftSource
+
+__all__ = ["DraftedDecoding", "DraftCounts"]
+
+
+@dataclass
+class DraftCounts:
+    """What one drafted decoding did (copied into the request's stats)."""
+
+    forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    new_tokens: int = 0
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+
+    def record(self, draft: Draft, accepted: int) -> None:
+        self.drafted += len(draft.tokens)
+        self.accepted += accepted
+        src = draft.source
+        self.drafted_by_source[src] = self.drafted_by_source.get(src, 0) + len(draft.tokens)
+        self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + accepted
+
+
+class DraftedDecoding:
+    """A ``custom_generate`` callable: greedy decoding verifying drafts from ``index``.
+
+    :param index: the draft index (sources and the prompt).
+    :param schedule: the adaptive draft length.
+    """
+
+    def __init__(self, index: DraftIndex, schedule: DraftSchedule | None = None) -> None:
+        self.index = index
+        self.schedule = schedule or DraftSchedule()
+        self.counts = DraftCounts()
+
+    @classmethod
+    def from_sources(cls, sources: Sequence[DraftSource], prompt: Sequence[int],
+                     only: Collection[str] | None = None) -> DraftedDecoding:
+        """Decoding that drafts from ``sources`` (those named in ``only``, when given) and from
+        its own output (unless ``only`` leaves out ``"output"``)."""
+        used = [s for s in sources if only is None or s.name in only]
+        return cls(DraftIndex(used, prompt, from_output=only is None or OUTPUT in only))
+
+    def accept(self, draft: tuple[int, ...], chosen: int, i: int) -> bool:
+        """Whether draft token ``i`` stands, given the token greedy decoding chose there."""
+        return draft[i] == chosen
+
+    def __call__(self, model: Any, input_ids: torch.LongTensor, logits_processor: Any,
+                 stopping_criteria: Any, generation_config: Any, synced_gpus: bool = False,
+                 streamer: Any = None, **model_kwargs: Any) -> Any:
+        if generation_config.do_sample or input_ids.shape[0] != 1 or synced_gpus:
+            raise ValueError("drafted decoding is greedy with a batch of one (no sampling, no synced_gpus)")
+        mask = model_kwargs.get("attention_mask")
+        if mask is not None and not bool((mask == 1).all()):
+            raise ValueError("drafted decoding does not support padding (attention_mask with zeros)")
+        cache = model_kwargs.get("past_key_values")
+        if cache is None:
+            raise ValueError("drafted decoding needs a cache (past_key_values)")
+        keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        max_length = int(stopping_criteria.max_length or generation_config.max_length)
+        ids = input_ids
+        pending = ids[:, cache.get_seq_length():]
+        raw: list[torch.Tensor] = []
+        scores_out: list[torch.Tensor] = []
+        c = self.counts
+        done = pending.shape[1] == 0
+        if done:
+            raise ValueError("the cache holds the whole prompt; keep at least one token uncached")
+        while not done:
+            room = max_length - ids.shape[1] - 1  # draft tokens beyond it could never be kept
+            budget = min(self.schedule.budget(), room)
+            draft = self.index.propose(budget) if budget > 0 else None
+            tokens = draft.tokens if draft is not None else ()
+            feed = pending if not tokens else torch.cat(
+                [pending, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
+            extra = {"logits_to_keep": len(tokens) + 1} if keep_arg else {}
+            out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
+            c.forwards += 1
+            logits = out.logits[0, -(len(tokens) + 1):].to(dtype=torch.float32)
+            accepted = 0
+            for i in range(len(tokens) + 1):
+                step = logits[i:i + 1].clone()
+                scores = logits_processor(ids, step)
+                chosen = int(torch.argmax(scores, dim=-1))
+                ids = torch.cat([ids, ids.new_tensor([[chosen]])], dim=1)  # type: ignore[assignment]
+                self.index.append(chosen)
+                raw.append(step)
+                scores_out.append(scores)
+                if streamer is not None:
+                    streamer.put(ids[:, -1:].cpu())
+                if bool(stopping_criteria(ids, scores)[0]):
+                    done = True
+                    break
+                if i == len(tokens) or not self.accept(tokens, chosen, i):
+                    break
+                accepted += 1
+            emitted = accepted + 1 if not done else i + 1
+            c.new_tokens += emitted
+            self.schedule.tick(emitted)
+            if draft is not None:
+                c.record(draft, accepted)
+                self.schedule.update(len(tokens), accepted)
+            surplus = cache.get_seq_length() - (ids.shape[1] - 1)
+            if surplus > 0:
+                cache.crop(-surplus)  # drop the K/V of rejected draft tokens
+            pending = ids[:, -1:]
+        if streamer is not None:
+            streamer.end()
+        if not generation_config.return_dict_in_generate:
+            return ids
+        return GenerateDecoderOnlyOutput(
+            sequences=ids,  # type: ignore[arg-type]
+            scores=tuple(scores_out) if generation_config.output_scores else None,  # type: ignore[arg-type]
+            logits=tuple(raw) if generation_config.output_logits else None,  # type: ignore[arg-type]
+            past_key_values=cache,
+        )

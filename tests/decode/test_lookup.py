@@ -1,0 +1,51 @@
+"""Draft proposals: anchored prefixes first, then the longest n-gram, the generation itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from percache_plugin.decode import DraftIndex, DraftSource, prompt_source
+
+
+def test_longest_ngram_wins_and_the_latest_occurrence_is_used() -> None:
+    src = prompt_source([1, 2, 3, 4, 9, 2, 3, 5, 6])
+    index = DraftIndex([src], [7, 1, 2, 3])
+    assert index.propose(2).tokens == (4, 9)  # 3-gram (1, 2, 3) beats the later 2-gram (2, 3)
+    index = DraftIndex([src], [7, 8, 2, 3])
+    assert index.propose(3).tokens == (5, 6)  # 2-gram (2, 3): latest occurrence
+    assert index.propose(0) is None
+
+
+def test_no_match_and_single_tokens_propose_nothing() -> None:
+    index = DraftIndex([prompt_source([1, 2, 3])], [9, 3])
+    assert index.propose(4) is None  # (9, 3) is unknown; 1-grams are not matched by default
+
+
+def test_anchored_answers_draft_from_their_start_by_prefix() -> None:
+    qa = DraftSource("qa_bank", ((5, 6, 7, 8), (5, 9)), anchored=True)
+    index = DraftIndex([prompt_source([1, 2]), qa], [1, 2])
+    d = index.propose(3)
+    assert d is not None and d.tokens == (5, 6, 7) and d.source == "qa_bank"
+    index.append(5)
+    index.append(9)
+    assert index.propose(3) is None  # (5, 9) is complete: nothing follows it
+
+
+def test_the_generation_drafts_from_itself_unless_told_not_to() -> None:
+    for from_output, want in ((True, (12, 13)), (False, None)):
+        index = DraftIndex([], [0], from_output=from_output)
+        for t in (10, 11, 12, 13, 10, 11):
+            index.append(t)
+        got = index.propose(2)
+        assert (got.tokens if got else None) == want
+        if got:
+            assert got.source == "output"
+
+
+def test_bad_sources_and_sizes_are_refused() -> None:
+    with pytest.raises(ValueError, match="non-empty name"):
+        DraftSource("", ((1,),))
+    with pytest.raises(ValueError, match="non-negative"):
+        DraftSource("x", ((1, -2),))
+    with pytest.raises(ValueError, match="min_ngram"):
+        DraftIndex([], [], min_ngram=3, max_ngram=2)

@@ -1,0 +1,143 @@
+"""Greedy decoding with verified drafts gives exactly the tokens of plain decoding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+import percache_plugin as percache
+from percache_plugin.decode import (
+    DraftedDecoding,
+    DraftHints,
+    DraftIndex,
+    DraftSource,
+    greedy_reason,
+    prompt_source,
+)
+from tests.helpers import SEGMENTS, baseline, tiny_pair
+from tests.models import TINY_FAMILIES
+
+N = 24
+
+
+def _near_miss(ids: list[int]) -> list[int]:
+    """The answer with every fifth token changed: drafts from it are partly wrong."""
+    return [(t + 7) % 250 + 3 if i % 5 == 4 else t for i, t in enumerate(ids)]
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_each_source_gives_plain_greedy_tokens(family: str) -> None:
+    model, tok = tiny_pair(family)
+    pc = percache.enable(model, tok)
+    prompt = pc.prompt(SEGMENTS)
+    plain, _ = baseline(model, prompt.input_ids, max_new_tokens=N)
+    hints = DraftHints(texts={"qa_bank": [tok.decode(_near_miss(plain))]},
+                       token_ids={"session": [_near_miss(plain)[:12]]})
+    for only in (("prompt",), ("qa_bank",), ("session",), ("output",), None):
+        pc.configure(draft_sources=only)
+        for _ in range(2):  # a miss, then exact reuse of the stored chunks
+            gen = pc.generate(SEGMENTS, max_new_tokens=N, drafts=hints)
+            assert gen.token_ids == plain, (family, only)
+            s = gen.stats
+            assert s.drafting == "on" and s.new_tokens == len(plain)
+            assert s.forwards_saved == s.new_tokens - s.decode_forwards
+            assert s.tokens_accepted <= s.tokens_drafted
+        if only in (("qa_bank",), ("session",)):  # text round trips may differ: only ids must be kept
+            assert s.tokens_drafted > 0 and set(s.drafted_by_source) == set(only)
+            assert s.tokens_accepted > 0 or only == ("qa_bank",)
+    assert pc.stats().tokens_drafted > 0
+    pc.close()
+
+
+def test_shifted_reuse_keeps_working_with_drafts() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, reuse="shifted", recompute="none", drafting=False)
+    pc.generate(SEGMENTS, max_new_tokens=2)
+    swapped = [SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[3]]
+    plain = pc.generate(swapped, max_new_tokens=N)  # decoded plainly over the shifted chunks
+    assert plain.stats.tokens_shifted > 0
+    pc.configure(drafting=True)
+    for ids in (plain.token_ids, _near_miss(plain.token_ids)):
+        gen = pc.generate(swapped, max_new_tokens=N, drafts=DraftHints(token_ids={"session": [ids]}))
+        assert gen.stats.tokens_shifted == plain.stats.tokens_shifted and gen.stats.tokens_accepted > 0
+        assert gen.token_ids == plain.token_ids
+    pc.close()
+
+
+class _AcceptsEverything(DraftedDecoding):
+    """A verifier bug: every draft token stands, whatever the model chose."""
+
+    def accept(self, draft: tuple[int, ...], chosen: int, i: int) -> bool:
+        return True
+
+
+def test_negative_control_a_wrong_draft_accepted_changes_the_output() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    ids = pc.prompt(SEGMENTS).input_ids
+    pc.close()  # the loops below run on the bare model
+    plain, _ = baseline(model, ids, max_new_tokens=N)
+    wrong = DraftSource("qa_bank", (tuple(_near_miss(plain)),), anchored=True)
+    x = torch.tensor([ids])
+    outs = {}
+    for cls in (DraftedDecoding, _AcceptsEverything):
+        loop = cls(DraftIndex([wrong], ids))
+        with torch.inference_mode():
+            out = model.generate(x, max_new_tokens=N, do_sample=False, pad_token_id=0, custom_generate=loop)
+        outs[cls] = out[0, len(ids):].tolist()
+    assert outs[DraftedDecoding] == plain
+    assert outs[_AcceptsEverything] != plain  # the equality checks above can fail
+
+
+class _StopAfter(StoppingCriteria):
+    def __init__(self, n_prompt: int, n: int) -> None:
+        self.n_prompt, self.n = n_prompt, n
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        return torch.full((1,), input_ids.shape[1] - self.n_prompt >= self.n,  # type: ignore[return-value]
+                          dtype=torch.bool)
+
+
+def test_caller_stopping_criteria_eos_and_limits_are_respected() -> None:
+    model, tok = tiny_pair("qwen2")
+    pc = percache.enable(model, tok)
+    prompt = pc.prompt(SEGMENTS)
+    plain, _ = baseline(model, prompt.input_ids, max_new_tokens=N)
+    hints = DraftHints(token_ids={"session": [plain]})
+    stop = StoppingCriteriaList([_StopAfter(prompt.n_tokens, 5)])
+    gen = pc.generate(SEGMENTS, max_new_tokens=N, drafts=hints, stopping_criteria=stop)
+    assert gen.token_ids == plain[:5]
+    gen = pc.generate(SEGMENTS, max_new_tokens=7, drafts=hints)
+    assert gen.token_ids == plain[:7] and gen.stats.tokens_drafted == gen.stats.tokens_accepted == 5
+    eos = plain[3]
+    gen = pc.generate(SEGMENTS, max_new_tokens=N, drafts=hints, eos_token_id=eos)
+    assert gen.token_ids == plain[:plain.index(eos) + 1]
+    pc.close()
+
+
+def test_sampling_and_the_switch_decode_plainly() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    assert pc.generate(SEGMENTS, max_new_tokens=4, do_sample=True).stats.drafting == "sampling"
+    assert greedy_reason(model, {"num_beams": 2}) == "beam search"
+    assert greedy_reason(model, {}) == ""
+    pc.configure(drafting=False)
+    gen = pc.generate(SEGMENTS, max_new_tokens=4)
+    assert gen.stats.drafting == "off" and gen.stats.tokens_drafted == 0
+    with pytest.raises(percache.ConfigError, match="drafting"):
+        pc.configure(drafting="yes")
+    with pytest.raises(percache.ConfigError, match="draft_sources"):
+        pc.configure(draft_sources="prompt")
+    pc.close()
+
+
+def test_padding_and_full_cache_are_refused() -> None:
+    model, _ = tiny_pair("llama")
+    loop = DraftedDecoding(DraftIndex([prompt_source([5, 6, 7])], [5, 6, 7]))
+    x = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match="padding"), torch.inference_mode():
+        model.generate(x, attention_mask=torch.tensor([[0, 1, 1]]), max_new_tokens=3, do_sample=False,
+                       pad_token_id=0, custom_generate=loop)
