@@ -236,6 +236,7 @@ class PerCache:
         with self.engine.lock:
             if not self.engine.closed:
                 self.assistant.close()
+                self.sessions.close()
             self.engine.close()
 
     def disable(self) -> None:

@@ -193,5 +193,11 @@ class Hooks:
         score = self._hook.percache_turn_relevance(ctx=ctx, session=session, turn=turn, message=message)
         return 0.0 if score is None else float(score)
 
+    def session_saved(self, ctx: EngineContext, session: Session, turn_id: int) -> None:
+        self._hook.percache_session_saved(ctx=ctx, session=session, turn_id=turn_id)
+
+    def session_loaded(self, ctx: EngineContext, session: Session, source: str) -> None:
+        self._hook.percache_session_loaded(ctx=ctx, session=session, source=source)
+
     def model_profile(self, model: torch.nn.Module) -> Any:
         return self._hook.percache_model_profile(model=model)

@@ -383,6 +383,27 @@ def percache_turn_relevance(ctx: EngineContext, session: Session, turn: Turn, me
     """
 
 
+@hookspec
+def percache_session_saved(ctx: EngineContext, session: Session, turn_id: int) -> None:
+    """A chat turn was appended to the store. Every implementation is called.
+
+    :param ctx: the engine context.
+    :param session: the session (``session.saved_upto`` cache positions are on disk).
+    :param turn_id: the turn just saved.
+    """
+
+
+@hookspec
+def percache_session_loaded(ctx: EngineContext, session: Session, source: str) -> None:
+    """A session was loaded from the store. Every implementation is called.
+
+    :param ctx: the engine context.
+    :param session: the session.
+    :param source: ``"snapshot"`` (its K/V was restored) or ``"ids"`` (the snapshot was missing
+        or corrupt: the next turn recomputes the conversation from its stored ids).
+    """
+
+
 @hookspec(firstresult=True)
 def percache_model_profile(model: torch.nn.Module) -> Any:
     """Describe a model family the built-in profile table does not know. firstresult.

@@ -70,12 +70,17 @@ class ChatRunner:
         if editor.edits:
             stats.cache_edits += len(editor.edits)
             stats.approximate = True
+            session.rewrite, session.saved_upto = True, 0
+        if session.restored:
+            stats.restored_from, session.restored = session.restored, ""
         full = session.ids + turn_ids
         cache = session.cache
         cached = cache_tokens(cache)
         stats.prompt_tokens = len(full)
         stats.history_tokens = session.n_tokens
         stats.tokens_reused = cached
+        if stats.restored_from == "ids":
+            stats.history_recomputed = session.n_tokens - cached
         prompt = Prompt((PromptPiece(Segment("", "query"), tuple(full), 0, None),))
         try:
             with self.keep_mask.active(session.keep):

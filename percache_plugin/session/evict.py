@@ -51,6 +51,7 @@ def make_room(engine: Engine, session: Session, incoming: int, message: str, sta
     victims = [t for t in session.turns if t.turn_id in set(chosen) & evictable]
     if not victims:
         return
+    first = min(turn_spans(session)[t.turn_id][0] for t in victims)
     stats.turns_evicted = len(victims)
     stats.tokens_evicted = sum(t.n_tokens for t in victims)
     stats.eviction = mode
@@ -64,6 +65,9 @@ def make_room(engine: Engine, session: Session, incoming: int, message: str, sta
     else:
         _mask(session, victims, stats)
     session.evicted_turns += len(victims)
+    session.rewrite = True  # turn rows change; slots change from the first evicted turn on
+    if mode != "masked":
+        session.saved_upto = min(session.saved_upto, first)
 
 
 def _drop_exact(session: Session, victims: list[Turn], stats: ChatStats) -> None:

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..decode import dtype_device
 from .chat import ChatRunner
 from .evict import compact
 from .layout import ChatLayout
+from .persist import SessionStore
 from .reply import ChatStats, Reply
 from .state import Session, cache_bytes, cache_tokens, share_cache
 
@@ -20,6 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["Sessions", "SessionInfo", "UnknownSession", "DEFAULT_SESSION"]
 
 DEFAULT_SESSION = "default"
+
+log = logging.getLogger("percache")
 
 
 class UnknownSession(KeyError):
@@ -51,8 +57,18 @@ class Sessions:
         self._layout = ChatLayout(engine.tokenizer, use_template)
         self._runner = ChatRunner(engine, self._layout)
         self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
-        self.create(DEFAULT_SESSION)
+        self._lock = threading.RLock()
+        root = engine.store.path
+        self._store = SessionStore(root, engine.fingerprint) if root is not None else None
+        if not self._stored(DEFAULT_SESSION):
+            self.create(DEFAULT_SESSION)
+
+    def _stored(self, name: str) -> bool:
+        return self._store is not None and name in self._store.names()
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
 
     @property
     def layout(self) -> ChatLayout:
@@ -69,7 +85,7 @@ class Sessions:
         if not isinstance(name, str) or not name:
             raise ValueError(f"session name must be a non-empty str, got {name!r}")
         with self._lock:
-            if name in self._sessions:
+            if name in self._sessions or self._stored(name):
                 raise ValueError(f"session {name!r} already exists (reset() or delete() it first)")
             self._sessions[name] = session = self._new(name, system)
             return session
@@ -79,11 +95,43 @@ class Sessions:
 
         :raises UnknownSession: no such session."""
         with self._lock:
+            if name not in self._sessions and self._stored(name):
+                self._load(name)
             if name not in self._sessions:
-                known = ", ".join(sorted(self._sessions)) or "none"
+                known = ", ".join(sorted(self.names())) or "none"
                 raise UnknownSession(
                     f"no session {name!r} (known: {known}); create it with pc.sessions.create()")
             return self._sessions[name]
+
+    def names(self) -> list[str]:
+        """Every session, in memory or in the store."""
+        stored = self._store.names() if self._store is not None else []
+        return sorted(set(self._sessions) | set(stored))
+
+    def _load(self, name: str) -> None:
+        assert self._store is not None
+        dtype, device = dtype_device(self._engine.model)
+        loaded = self._store.load(name, dtype, device)
+        if loaded is None:
+            return
+        session, source = loaded
+        session.restored = source
+        if source == "ids":
+            log.warning("percache: session %r has no usable K/V snapshot; its %d tokens are "
+                        "computed again with the next turn", name, session.n_tokens)
+        if any(t.masked for t in session.turns) and source == "snapshot":
+            import torch
+
+            from .evict import turn_spans
+
+            keep = torch.ones(session.saved_upto, dtype=torch.bool)
+            for t in session.turns:
+                if t.masked:
+                    start, end = turn_spans(session)[t.turn_id]
+                    keep[start:end] = False
+            session.keep = keep
+        self._sessions[name] = session
+        self._engine.hooks.session_loaded(self._engine.ctx, session, source)
 
     def __contains__(self, name: object) -> bool:
         return name in self._sessions
@@ -91,7 +139,7 @@ class Sessions:
     def list(self) -> list[SessionInfo]:
         """Every session, by name."""
         with self._lock:
-            sessions = sorted(self._sessions.values(), key=lambda s: s.name)
+            sessions = [self.get(n) for n in self.names()]
         return [SessionInfo(s.name, len(s.turns), s.evicted_turns, s.n_tokens,
                             cache_tokens(s.cache), cache_bytes(s.cache), s.system) for s in sessions]
 
@@ -108,6 +156,7 @@ class Sessions:
                     [_copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
                     src.evicted_turns, None if src.keep is None else src.keep.clone())
                 self._sessions[name] = branch
+                branch.rewrite = True  # the first save writes the branch whole
         return branch
 
     def reset(self, name: str) -> None:
@@ -117,6 +166,9 @@ class Sessions:
             fresh = self._new(name, session.system)
             session.turns, session.cache, session.keep = [], fresh.cache, None
             session.next_turn, session.evicted_turns = 1, 0
+            session.saved_upto, session.rewrite = 0, False
+            if self._store is not None:
+                self._store.delete(name)
 
     def pin(self, name: str, turn_id: int, pinned: bool = True) -> None:
         """Pin a turn of ``name`` (never evicted, not counted against the budget) or unpin it.
@@ -143,6 +195,8 @@ class Sessions:
         session = self.get(name)
         with session.lock, self._lock:
             self._sessions.pop(name, None)
+            if self._store is not None:
+                self._store.delete(name)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, **generate_kwargs: Any) -> Reply:
         """One turn: see :meth:`PerCache.chat`."""
@@ -154,7 +208,24 @@ class Sessions:
             with engine.preemption.foreground(engine.lock):
                 t0 = time.perf_counter()
                 stats = ChatStats(session=session)
-                return self._runner.turn(state, message, stats, t0, generate_kwargs)
+                reply = self._runner.turn(state, message, stats, t0, generate_kwargs)
+                self._save(state, reply)
+                return reply
+
+    def _save(self, session: Session, reply: Reply) -> None:
+        """Append the turn to the store (best effort: a failed write keeps the reply, counts
+        in ``stats.store_errors`` and makes the next save rewrite from the last good point)."""
+        if self._store is None:
+            return
+        try:
+            self._store.save(session, session.rewrite)
+            session.rewrite = False
+        except (OSError, sqlite3.Error) as exc:
+            reply.stats.store_errors += 1
+            session.rewrite = True
+            log.warning("percache: could not save session %r: %s", session.name, exc)
+            return
+        self._engine.hooks.session_saved(self._engine.ctx, session, reply.turn_id)
 
 
 def _copy_turn(t: Any) -> Any:

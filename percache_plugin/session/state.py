@@ -58,6 +58,9 @@ class Session:
     next_turn: int = 1
     evicted_turns: int = 0
     keep: torch.Tensor | None = None
+    saved_upto: int = 0  # cache positions persisted and still valid
+    rewrite: bool = False  # turns were evicted or edited since the last save
+    restored: str = ""  # "snapshot" / "ids" until the first turn after loading
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

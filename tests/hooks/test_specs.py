@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
 import percache_plugin as percache
@@ -57,7 +58,7 @@ class Recorder:
         return impl
 
 
-def test_every_hook_is_exercised() -> None:
+def test_every_hook_is_exercised(tmp_path: Path) -> None:
     model, tok = tiny_pair("llama")
     rec = Recorder()
     pc = percache.enable(model, tok, reuse="shifted", embedder="hash", plugins=[rec])  # register_*
@@ -78,6 +79,11 @@ def test_every_hook_is_exercised() -> None:
         pc.chat(f"And item {i + 4}?", max_new_tokens=2)
     pc.close()  # close
     pc.plugins.unregister(rec)
+    for _ in range(2):  # session_saved, then session_loaded
+        stored = percache.enable(model, tok, store=tmp_path / "store", plugins=[rec])
+        stored.chat("Hello.", max_new_tokens=2)
+        stored.close()
+        stored.plugins.unregister(rec)
     assert rec.seen == set(specs.HOOK_NAMES)
 
 

@@ -1,0 +1,173 @@
+"""Sessions on disk: each turn appends its K/V slice (one safetensors file, written to a temp
+file, fsynced and renamed) and its row (SQLite), bound to the model fingerprint.
+
+Loading concatenates the slices; a missing or corrupt slice (checksum, shape, metadata) or a
+gap makes the session fall back to re-prefilling from its stored ids: never a wrong cache.
+Eviction and edits rewrite only what changed (slices from the first changed position on, rows
+of turns that left).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..filemodes import private_dir
+from ..kv.integrity import (
+    CorruptNodeError,
+    TensorSpec,
+    checksum_tensors,
+    read_node_file,
+    write_node_file,
+)
+from ..sqlite_tx import Schema, connect, transaction
+from .state import Session, Turn, cache_tokens
+
+__all__ = ["SessionStore", "SCHEMA"]
+
+SCHEMA = Schema("sessions", 1, """
+CREATE TABLE IF NOT EXISTS chat_sessions (
+    fingerprint TEXT NOT NULL, name TEXT NOT NULL, system TEXT, head_ids TEXT NOT NULL,
+    first_glue TEXT NOT NULL, next_turn INTEGER NOT NULL, evicted_turns INTEGER NOT NULL,
+    PRIMARY KEY (fingerprint, name));
+CREATE TABLE IF NOT EXISTS chat_turns (
+    fingerprint TEXT NOT NULL, name TEXT NOT NULL, turn_id INTEGER NOT NULL, message TEXT NOT NULL,
+    user_ids TEXT NOT NULL, reply_ids TEXT NOT NULL, reply_text TEXT NOT NULL,
+    pinned INTEGER NOT NULL, masked INTEGER NOT NULL, PRIMARY KEY (fingerprint, name, turn_id));
+CREATE TABLE IF NOT EXISTS chat_kv (
+    fingerprint TEXT NOT NULL, name TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
+    file TEXT NOT NULL, checksum TEXT NOT NULL, layout TEXT NOT NULL,
+    PRIMARY KEY (fingerprint, name, start));
+""")
+
+
+class SessionStore:
+    """The sessions of one fingerprint under ``root/sessions``."""
+
+    def __init__(self, root: Path, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+        self.dir = private_dir(root / "sessions" / fingerprint[:32])
+        self.db = connect(root / "sessions.sqlite", SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def names(self) -> list[str]:
+        with self._lock:
+            rows = self.db.execute("SELECT name FROM chat_sessions WHERE fingerprint = ?",
+                                   (self.fingerprint,)).fetchall()
+        return [r[0] for r in rows]
+
+    # -- saving -------------------------------------------------------------------------
+    def save(self, session: Session, rewrite_turns: bool) -> None:
+        """Append what the last turn added; with ``rewrite_turns`` (after an eviction or an
+        edit) replace the turn rows and the K/V slices from ``session.saved_upto`` on."""
+        fp, name = self.fingerprint, session.name
+        start, stop = session.saved_upto, cache_tokens(session.cache)
+        with self._lock:  # a slice that straddles ``start`` is rewritten from its own start
+            (lowest,) = self.db.execute("SELECT MIN(start) FROM chat_kv WHERE fingerprint = ? AND "
+                                        "name = ? AND stop > ?", (fp, name, start)).fetchone()
+        start = min(start, lowest) if lowest is not None else start
+        path = None
+        if stop > start:
+            tensors = {}
+            for i, lay in enumerate(session.cache.layers):
+                tensors[f"k.{i}"] = lay.keys[0, :, start:stop].contiguous()
+                tensors[f"v.{i}"] = lay.values[0, :, start:stop].contiguous()
+            path = self.dir / f"{_safe(name)}-{start}-{stop}.safetensors"
+            write_node_file(path, tensors, {"fingerprint": fp, "session": name})
+            checksum = checksum_tensors(tensors.values())
+            layout = json.dumps([(k, str(t.dtype), list(t.shape)) for k, t in tensors.items()])
+        with self._lock, transaction(self.db):
+            self.db.execute(
+                "INSERT OR REPLACE INTO chat_sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (fp, name, session.system, json.dumps(session.head_ids), session.first_glue,
+                 session.next_turn, session.evicted_turns))
+            turns = session.turns if rewrite_turns else session.turns[-1:]
+            if rewrite_turns:
+                self.db.execute("DELETE FROM chat_turns WHERE fingerprint = ? AND name = ?", (fp, name))
+            for t in turns:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO chat_turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (fp, name, t.turn_id, t.message, json.dumps(t.user_ids), json.dumps(t.reply_ids),
+                     t.reply_text, int(t.pinned), int(t.masked)))
+            stale = self.db.execute(
+                "SELECT file FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?",
+                (fp, name, start)).fetchall()
+            self.db.execute("DELETE FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?",
+                            (fp, name, start))
+            if path is not None:
+                self.db.execute("INSERT INTO chat_kv VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                (fp, name, start, stop, path.name, checksum, layout))
+        for (file,) in stale:
+            if path is None or file != path.name:
+                (self.dir / file).unlink(missing_ok=True)
+        session.saved_upto = stop
+
+    def delete(self, name: str) -> None:
+        fp = self.fingerprint
+        with self._lock, transaction(self.db):
+            files = self.db.execute("SELECT file FROM chat_kv WHERE fingerprint = ? AND name = ?",
+                                    (fp, name)).fetchall()
+            for table in ("chat_sessions", "chat_turns", "chat_kv"):
+                self.db.execute(f"DELETE FROM {table} WHERE fingerprint = ? AND name = ?", (fp, name))
+        for (file,) in files:
+            (self.dir / file).unlink(missing_ok=True)
+
+    # -- loading ------------------------------------------------------------------------
+    def load(self, name: str, dtype: torch.dtype, device: torch.device) -> tuple[Session, str] | None:
+        """The session and how its cache was restored (``"snapshot"`` or ``"ids"``: the cache
+        is empty and every position is computed with the next turn); None if not stored."""
+        fp = self.fingerprint
+        with self._lock:
+            row = self.db.execute("SELECT system, head_ids, first_glue, next_turn, evicted_turns "
+                                  "FROM chat_sessions WHERE fingerprint = ? AND name = ?",
+                                  (fp, name)).fetchone()
+            if row is None:
+                return None
+            turns = self.db.execute(
+                "SELECT turn_id, message, user_ids, reply_ids, reply_text, pinned, masked FROM chat_turns "
+                "WHERE fingerprint = ? AND name = ? ORDER BY turn_id", (fp, name)).fetchall()
+            slices = self.db.execute("SELECT start, stop, file, checksum, layout FROM chat_kv WHERE "
+                                     "fingerprint = ? AND name = ? ORDER BY start", (fp, name)).fetchall()
+        session = Session(name, row[0], json.loads(row[1]), row[2], next_turn=row[3], evicted_turns=row[4])
+        session.turns = [Turn(t[0], t[1], json.loads(t[2]), json.loads(t[3]), t[4], bool(t[5]), bool(t[6]))
+                         for t in turns]
+        layers = self._read(slices, session.n_tokens)
+        if layers is None:
+            return session, "ids"
+        for i, (k, v) in enumerate(layers):
+            session.cache.update(k.to(device=device, dtype=dtype)[None], v.to(device=device, dtype=dtype)[None], i)
+        session.saved_upto = cache_tokens(session.cache)
+        return session, "snapshot"
+
+    def _read(self, slices: list[Any], n_ids: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        pos, parts = 0, []
+        for start, stop, file, checksum, layout in slices:
+            if start != pos:
+                return None
+            specs: list[TensorSpec] = [(n, d, tuple(s)) for n, d, s in json.loads(layout)]
+            if any(s[1] != stop - start for _, _, s in specs):
+                return None
+            try:
+                parts.append(read_node_file(self.dir / file, expected_metadata={"fingerprint": self.fingerprint},
+                                            layout=specs, checksum=checksum))
+            except (CorruptNodeError, OSError, ValueError):
+                return None
+            pos = stop
+        if not parts or pos > n_ids:
+            return None
+        n_layers = len(parts[0]) // 2
+        return [(torch.cat([p[f"k.{i}"] for p in parts], dim=1), torch.cat([p[f"v.{i}"] for p in parts], dim=1))
+                for i in range(n_layers)]
+
+
+def _safe(name: str) -> str:
+    import hashlib
+
+    return hashlib.blake2b(name.encode(), digest_size=8).hexdigest()

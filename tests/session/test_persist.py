@@ -1,0 +1,115 @@
+"""Sessions survive the process: kill -9 mid-conversation, resume with no history recomputed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import percache_plugin as percache
+from tests.helpers import baseline, tiny_pair
+
+MESSAGES = ["Hello there.", "What is on Friday?", "And on Monday?", "Who brings the projector?",
+            "Thanks, bye."]
+GEN = {"max_new_tokens": 4}
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import percache_plugin as percache
+    from tests.helpers import tiny_pair
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=sys.argv[1])
+    pc.sessions.create("s", system="Be brief.")
+    for msg in {messages!r}[:3]:
+        pc.chat(msg, session="s", max_new_tokens=4)
+    os.kill(os.getpid(), signal.SIGKILL)  # mid-conversation, no close()
+""")
+
+
+def _uninterrupted(family: str = "llama") -> list[percache.Reply]:
+    model, tok = tiny_pair(family)
+    pc = percache.enable(model, tok)
+    pc.sessions.create("s", system="Be brief.")
+    return [pc.chat(m, session="s", **GEN) for m in MESSAGES]
+
+
+def test_kill_9_then_resume_recomputes_no_history(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    proc = subprocess.run([sys.executable, "-c", CHILD.format(messages=MESSAGES), str(store)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    want = _uninterrupted()
+
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=store)
+    assert "s" in pc.sessions.names()
+    for i, msg in enumerate(MESSAGES[3:], start=3):
+        reply = pc.chat(msg, session="s", **GEN)
+        assert reply.token_ids == want[i].token_ids and reply.prompt_ids == want[i].prompt_ids
+        assert (reply.first_logits - want[i].first_logits).abs().max().item() <= 1e-4
+        assert reply.stats.history_recomputed == 0
+        assert reply.stats.tokens_computed == want[i].stats.tokens_computed
+    first = pc.sessions.get("s")
+    assert [t.turn_id for t in first.turns] == [1, 2, 3, 4, 5]
+    pc.close()
+
+
+def _corrupt(store: Path, how: str) -> None:
+    files = sorted(store.rglob("sessions/*/*.safetensors"))
+    assert files
+    if how == "missing":
+        files[0].unlink()
+    else:
+        data = bytearray(files[-1].read_bytes())
+        data[-8] ^= 0xFF
+        files[-1].write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["missing", "flipped"])
+def test_corrupt_snapshot_falls_back_to_reprefilling_the_ids(tmp_path: Path, how: str) -> None:
+    store = tmp_path / "store"
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=store)
+    pc.sessions.create("s", system="Be brief.")
+    for msg in MESSAGES[:3]:
+        pc.chat(msg, session="s", **GEN)
+    pc.close()
+    _corrupt(store, how)
+    want = _uninterrupted()
+    pc = percache.enable(model, tok, store=store)
+    reply = pc.chat(MESSAGES[3], session="s", **GEN)
+    assert reply.stats.restored_from == "ids" and reply.stats.tokens_reused == 0
+    assert reply.stats.history_recomputed == reply.stats.history_tokens > 0
+    assert reply.token_ids == want[3].token_ids and reply.prompt_ids == want[3].prompt_ids
+    # The next turn is served from the re-filled cache again, and saved whole.
+    assert pc.chat(MESSAGES[4], session="s", **GEN).stats.history_recomputed == 0
+    pc.close()
+    pc = percache.enable(model, tok, store=store)
+    assert pc.chat("More?", session="s", **GEN).stats.restored_from == "snapshot"
+
+
+def test_eviction_and_reset_persist(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    model, tok = tiny_pair("qwen2")
+    pc = percache.enable(model, tok, store=store, session_kv_tokens=120)
+    for i in range(6):
+        pc.chat(f"Message {i} about item {i * 3}.", **GEN)
+    ids = pc.sessions.get("default").ids
+    pc.close()
+    pc = percache.enable(model, tok, store=store, session_kv_tokens=120)
+    session = pc.sessions.get("default")
+    assert session.ids == ids and session.restored == "snapshot"
+    reply = pc.chat("One more.", **GEN)
+    with pc.disabled():
+        assert reply.token_ids == baseline(model, reply.prompt_ids, 4)[0]
+    pc.sessions.reset("default")
+    pc.close()
+    pc = percache.enable(model, tok, store=store)
+    assert pc.sessions.get("default").turns == []
+    with pytest.raises(percache.UnknownSession):
+        pc.chat("hi", session="gone")
