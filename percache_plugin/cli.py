@@ -23,16 +23,19 @@ __all__ = ["main", "COMMANDS", "BENCHMARKS"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("percache_plugin.demo", "run the assistant demo on the bundled small model, or on yours with --model"),
     "plugins": ("percache_plugin.plugin_list", "list the loaded plugins and their hooks"),
+    "trace": ("percache_plugin.buffer.cli_trace", "draw a block access trace and report its loops and hot set"),
+    "sizing": ("percache_plugin.buffer.cli_sizing", "cache sizing: N <= S + BW x T, stall per token for a RAM budget"),
     "conformance": ("percache_plugin.conformance.cli",
                     "check percache's correctness and capabilities on a model"),
     "store": ("percache_plugin.admin.cli",
               "look into a store and manage it: info, list, remove, purge, clear"),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "ttft": ("percache_plugin.bench.ttft", "time to first token: plain vs warm on-disk store (SmolLM2)"),
+    "ttft": ("percache_plugin.bench.ttft", "time to first token: plain vs disk store cold/warm vs RAM tier vs in-memory ceiling (SmolLM2)"),
     "splice": ("percache_plugin.bench.splice", "shifted chunk reuse: quality and speed per recompute strategy"),
     "qa": ("percache_plugin.bench.qa", "QA-bank lookup latency: embed + retrieve + search + guards"),
     "idle": ("percache_plugin.bench.idle", "idle work: foreground latency under preemption, scheduler trade"),
+    "offload": ("percache_plugin.bench.offload", "offloaded weights through the buffer cache: tokens/s and bytes/token vs sizing model"),
     "buffer": ("percache_plugin.bench.buffer", "buffer-cache policies: hit ratio vs cache size on K/V, chat and offload traces"),
     "e2e": ("percache_plugin.bench.e2e", "end-to-end replay of QMSum users: methods, latency, hit rates, quality"),
 }

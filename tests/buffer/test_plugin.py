@@ -1,0 +1,47 @@
+from pathlib import Path
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.buffer.plugin import RamTierKV
+from percache_plugin.config import ConfigError
+from tests.helpers import SEGMENTS, tiny_pair
+
+GEN = {"max_new_tokens": 4, "do_sample": False}
+
+
+def ram_plugin(pc) -> RamTierKV:
+    return next(p for p in pc.plugins.get_plugins() if isinstance(p, RamTierKV))
+
+
+def test_ram_tier_serves_repeated_requests_with_the_same_tokens(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=1 << 24)
+    cold = pc.generate(SEGMENTS, **GEN)
+    first = pc.generate(SEGMENTS, **GEN)  # store -> RAM
+    loaded = pc.store.stats().bytes_loaded
+    again = pc.generate(SEGMENTS, **GEN)  # RAM only
+    assert cold.token_ids == first.token_ids == again.token_ids
+    assert again.stats.tokens_reused == first.stats.tokens_reused > 0
+    assert pc.store.stats().bytes_loaded == loaded
+    stats = ram_plugin(pc).ram_tier_stats()
+    assert stats["hits"] == first.stats.nodes_reused and stats["bytes"] > 0
+
+
+def test_budget_zero_turns_the_tier_off(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=0)
+    pc.generate(SEGMENTS, **GEN)
+    pc.generate(SEGMENTS, **GEN)
+    assert ram_plugin(pc).tier is None
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_bad_budget_is_named(bad: object) -> None:
+    with pytest.raises(ConfigError, match="ram_cache_bytes"):
+        percache.Config(ram_cache_bytes=bad)  # type: ignore[arg-type]
+
+
+def test_unknown_policy_is_named() -> None:
+    with pytest.raises(ConfigError, match="ram_cache_policy"):
+        percache.Config(ram_cache_policy="fifo")
