@@ -28,7 +28,7 @@ from .attention.masks import (
 from .attention.profile import ModelProfile
 from .attention.rope import NotShiftable, RopeShifter
 from .attention.splice import SpliceCache
-from .config import Config, ConfigError
+from .config import Config, ConfigError, check_store_path
 from .core.capabilities import Capabilities
 from .core.preemption import Preempted, Preemption
 from .core.registry import Registry
@@ -40,7 +40,7 @@ from .decode import (
     greedy_reason,
     run_generate,
 )
-from .fingerprint import model_fingerprint
+from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
 from .kv.cache import empty_cache, slice_chunk
@@ -80,6 +80,7 @@ class Engine:
             raise TypeError(f"model must be a transformers PreTrainedModel, got {type(model).__name__}")
         if not callable(tokenizer):
             raise TypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
+        self._path = check_store_path(store)  # before the weights are hashed
         self.model = model
         self.tokenizer = tokenizer
         self.lock = threading.RLock()
@@ -89,12 +90,10 @@ class Engine:
         for plugin in plugins:  # before anything asks the hooks (the model profile, below)
             self.plugins.register(plugin)
         self.hooks = Hooks(self.plugins)
-        self.fingerprint = model_fingerprint(model, tokenizer)
-        path = None if store is None else Path(store).expanduser()
-        self.store = KVStore(
-            path, fingerprint=self.fingerprint, byte_limit=config.kv_byte_limit,
-            storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums,
-        )
+        self.tracker = ModelFingerprint(model, tokenizer)
+        self.fingerprint = self.tracker.value
+        self._stores: dict[str, KVStore] = {}
+        self.store = self._store_for(self.fingerprint, config)
         use_template = self._template_choice(config)
         self.n_parameters = sum(p.numel() for p in model.parameters())
         self._reuse: ReuseRunner | None = None
@@ -115,6 +114,32 @@ class Engine:
     @property
     def config(self) -> Config:
         return self.ctx.config
+
+    # -- the fingerprint follows the model ------------------------------------------------
+    def _store_for(self, fingerprint: str, config: Config) -> KVStore:
+        if fingerprint not in self._stores:
+            self._stores[fingerprint] = KVStore(
+                self._path, fingerprint=fingerprint, byte_limit=config.kv_byte_limit,
+                storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums)
+        return self._stores[fingerprint]
+
+    def follow_model(self) -> str:
+        """Check, cheaply, whether the weights in use changed (adapter enabled, disabled,
+        switched, added or merged; a weight edited in place) and key the store by the
+        fingerprint of the weights now in use; called at the start of every request."""
+        with self.lock:
+            return self._rekey(self.tracker.current())
+
+    def refresh_fingerprint(self) -> str:
+        """Hash every weight again and key the store by the result."""
+        with self.lock:
+            return self._rekey(self.tracker.rehash())
+
+    def _rekey(self, fingerprint: str) -> str:
+        if fingerprint != self.fingerprint:
+            self.fingerprint = self.ctx.fingerprint = fingerprint
+            self.store = self.ctx.store = self._store_for(fingerprint, self.config)
+        return fingerprint
 
     @property
     def capabilities(self) -> Capabilities:
@@ -188,7 +213,8 @@ class Engine:
                 self._closed = True
                 release(self.model, self._relay)
                 release_mask_provider(self.model)
-                self.store.close()
+                for store in self._stores.values():
+                    store.close()
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
@@ -226,11 +252,14 @@ class Engine:
         if "chat_template" in changed:
             self.ctx.use_template = self._template_choice(config)
         if "kv_byte_limit" in changed:
-            self.store.set_byte_limit(config.kv_byte_limit)
+            for store in self._stores.values():
+                store.set_byte_limit(config.kv_byte_limit)
         if "storage_dtype" in changed:
-            self.store.storage_dtype = config.torch_storage_dtype
+            for store in self._stores.values():
+                store.storage_dtype = config.torch_storage_dtype
         if "verify_checksums" in changed:
-            self.store.verify = config.verify_checksums
+            for store in self._stores.values():
+                store.verify = config.verify_checksums
         self.ctx.config = config
 
     # -- requests -----------------------------------------------------------------------
@@ -311,6 +340,8 @@ class Engine:
         accounts it and fires ``request_end`` (once ``request_start`` fired)."""
         if self._closed:
             raise RuntimeError("this percache handle was closed; call enable() again")
+        if self._enabled:
+            self.follow_model()
         prompt = self.prompt(segments)
         self._check_length(prompt, max_new)
         stats = GenerationStats(prompt_tokens=prompt.n_tokens)
@@ -385,7 +416,9 @@ class Engine:
 
     def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
         """Whether every reusable piece of this prompt is in the store as an exact prefix."""
-        return all(self.store.contains(p.key) for p in self.prompt(segments).reusable)
+        with self.lock:
+            self.follow_model()
+            return all(self.store.contains(p.key) for p in self.prompt(segments).reusable)
 
     def stats(self) -> StatsTotals:
         """Totals over the requests this engine served."""

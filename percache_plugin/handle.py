@@ -77,7 +77,13 @@ class PerCache:
 
     @property
     def fingerprint(self) -> str:
-        return self.engine.fingerprint
+        """The fingerprint of the weights in use (checked again at every request)."""
+        return self.engine.follow_model()
+
+    def refresh_fingerprint(self) -> str:
+        """Hash every weight again: needed only after writes through ``param.data``, which
+        bypass the version counters the per-request check reads."""
+        return self.engine.refresh_fingerprint()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -215,15 +221,20 @@ class PerCache:
         once; ``storage_dtype`` and ``verify_checksums`` apply to the next writes and reads;
         ``chunk_words`` to documents added from now on). A change that cannot apply raises
         :class:`ConfigError` and changes nothing: ``embedder`` once the banks hold vectors of
-        another one, ``chat_template=True`` for a tokenizer without a template."""
+        another one, ``chat_template=True`` for a tokenizer without a template. Atomic: when
+        applying a change fails, the settings stay as they were."""
         with self.engine.lock:
             old = self.config
             new = old.replace(**changes)
             changed = {k for k in changes if getattr(new, k) != getattr(old, k)}
             self.engine.check(new, changed)
             self.assistant.check(new, changed)
-            self.engine.configure(new, changed)
-            self.assistant.configure(old, changed)
+            try:
+                self.engine.configure(new, changed)
+                self.assistant.configure(old, changed)
+            except BaseException:
+                self.engine.configure(old, changed)
+                raise
             if self.config.debug_log:
                 ensure_handler()
             return self.config

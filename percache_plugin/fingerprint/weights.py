@@ -1,0 +1,106 @@
+"""Full-weight digests, per tensor, with a cheap probe of what changed in place.
+
+Every parameter and buffer is hashed from its raw bytes (blake2b) once; afterwards
+:meth:`WeightDigests.refresh` reads only each tensor's identity, storage pointer and autograd
+version counter and rehashes the tensors whose probe changed (a ``set_adapter``, an optimizer
+step, ``p.add_()`` under ``no_grad``, ``p.copy_()``, a replaced ``Parameter``, new adapter
+weights). Writes through ``p.data`` bypass the version counter and are invisible to the probe;
+:meth:`WeightDigests.rehash` (``PerCache.refresh_fingerprint()``) hashes everything again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+
+import torch
+
+__all__ = ["WeightDigests", "named_tensors", "tensor_digest"]
+
+Probe = tuple[int, int, int]
+
+
+def named_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every parameter and buffer of ``model`` once (tied tensors under their first name)."""
+    seen: set[int] = set()
+    for name, t in (*model.named_parameters(), *model.named_buffers()):
+        if t is not None and id(t) not in seen:
+            seen.add(id(t))
+            yield name, t
+
+
+def tensor_digest(t: torch.Tensor) -> bytes:
+    """blake2b of dtype, shape and raw bytes (meta tensors: dtype and shape only)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.device.type != "meta" and t.numel():
+        data = t.detach().reshape(-1)
+        if data.device.type != "cpu":
+            data = data.cpu()
+        h.update(data.contiguous().view(torch.uint8).numpy().data)
+    return h.digest()
+
+
+def _probe(t: torch.Tensor) -> Probe:
+    ptr = t.data_ptr() if t.device.type != "meta" else 0
+    return id(t), ptr, t._version
+
+
+class WeightDigests:
+    """Per-tensor digests of one model and the probes they were taken at.
+
+    :ivar rehashed: tensors hashed again after the first full hash (a count, for stats).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self._digests: dict[str, bytes] = {}
+        self._probes: dict[str, Probe] = {}
+        self._combined = b""
+        self.rehashed = 0
+        self.rehash()
+
+    @property
+    def digest(self) -> bytes:
+        """The combined digest of every tensor, by name."""
+        return self._combined
+
+    def rehash(self, names: Iterable[str] | None = None) -> None:
+        """Hash ``names`` again (None: every tensor) and recombine."""
+        wanted = None if names is None else set(names)
+        with torch.no_grad():
+            tensors = dict(named_tensors(self.model))
+            for name, t in tensors.items():
+                if wanted is None or name in wanted or name not in self._digests:
+                    self._digests[name] = tensor_digest(t)
+                    self._probes[name] = _probe(t)
+                    if wanted is not None:
+                        self.rehashed += 1
+            for gone in set(self._digests) - set(tensors):
+                del self._digests[gone], self._probes[gone]
+        self._combine()
+
+    def refresh(self) -> bool:
+        """Rehash the tensors whose probe changed since they were hashed; whether any did."""
+        current = {name: _probe(t) for name, t in named_tensors(self.model)}
+        if current == self._probes:
+            return False
+        changed = [n for n, p in current.items() if self._probes.get(n) != p]
+        changed += [n for n in self._probes if n not in current]
+        self.rehash(changed)
+        return True
+
+    def names_under(self, prefixes: Iterable[str]) -> list[str]:
+        """Tensor names inside the modules named by ``prefixes``."""
+        pre = tuple(p + "." for p in prefixes)
+        return [n for n in self._digests if n.startswith(pre)] if pre else []
+
+    def _combine(self) -> None:
+        h = hashlib.blake2b(digest_size=16)
+        for name in sorted(self._digests):
+            h.update(name.encode() + b"\0")
+            h.update(self._digests[name])
+        self._combined = h.digest()
+
+    def __repr__(self) -> str:
+        return f"WeightDigests({len(self._digests)} tensors, {self._combined.hex()[:12]})"
