@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from .rag.guards import DEFAULT_MIN_OVERLAP, DEFAULT_TAU
 
-__all__ = ["Config", "ConfigError"]
+__all__ = ["Config", "ConfigError", "check_store_path"]
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -21,6 +25,58 @@ _DTYPES: dict[str, torch.dtype] = {
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names it."""
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the annotated type: bool is not an int, an int is a float, floats
+    are finite, Literals match exactly."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(h) for h in typing.get_args(hint))
+    if origin is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(hint))
+    if hint is type(None):
+        return "None"
+    return {float: "a finite number", int: "an int", bool: "True or False",
+            str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def check_store_path(store: str | Path | None) -> Path | None:
+    """``store`` as a path (None: in memory).
+
+    :raises ConfigError: an empty path (it would write into the working directory) or not a
+        path at all.
+    """
+    if store is None:
+        return None
+    if not isinstance(store, (str, Path)):
+        raise ConfigError(f"store must be None (in memory) or a directory path, got "
+                          f"{type(store).__name__} {store!r}")
+    if not str(store).strip():
+        raise ConfigError("store must be None (in memory) or a directory path, got an empty "
+                          "string (which would write into the working directory); give a "
+                          "folder such as '~/.cache/percache'")
+    return Path(store).expanduser()
 
 
 def _help(text: str, default: Any) -> Any:
@@ -188,6 +244,12 @@ class Config:
     )
 
     def __post_init__(self) -> None:  # noqa: C901 - one check per field
+        hints = typing.get_type_hints(Config)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not _type_ok(value, hints[f.name]):
+                raise ConfigError(f"{f.name} must be {_type_name(hints[f.name])}, got "
+                                  f"{type(value).__name__} {value!r}")
         if self.storage_dtype is not None and self.storage_dtype not in _DTYPES:
             raise ConfigError(
                 f"storage_dtype must be None or one of {sorted(_DTYPES)}, got {self.storage_dtype!r}"
@@ -223,6 +285,8 @@ class Config:
             raise ConfigError("chunk_separator must be a string")
         if self.predict not in ("off", "knowledge", "history", "both"):
             raise ConfigError(f"predict must be 'off', 'knowledge', 'history' or 'both', got {self.predict!r}")
+        if self.population_cutoff < 0 or self.population_cutoff > 1:
+            raise ConfigError(f"population_cutoff must be in [0, 1], got {self.population_cutoff!r}")
         if self.prediction_quiet_s < 0:
             raise ConfigError(f"prediction_quiet_s must be >= 0, got {self.prediction_quiet_s!r}")
         if isinstance(self.knowledge_rounds, bool) or not isinstance(self.knowledge_rounds, int) \

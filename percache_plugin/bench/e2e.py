@@ -57,6 +57,7 @@ from .e2e_methods import (
 from .metrics import rouge_l
 
 __all__ = [
+    "require_plotting",
     "add_arguments",
     "run",
     "run_benchmark",
@@ -762,9 +763,24 @@ def settings_from_args(args: argparse.Namespace) -> E2ESettings:
     )
 
 
+def require_plotting() -> None:
+    """Fail at once, before any benchmark work, when matplotlib (the plots) is missing.
+
+    :raises UsageError: naming the install command.
+    """
+    import importlib.util
+
+    from ..cli_errors import UsageError
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("percache bench e2e draws its plots with matplotlib, which is not "
+                         "installed", "pip install 'percache-plugin[bench]'")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from ..bundled import load_smollm2
 
+    require_plotting()
     if args.replot:
         payload = replot(args.out)
         print(f"redrew {len(payload['plots'])} plots and results.md in {args.out}")
