@@ -72,8 +72,22 @@ class NodeFiles:
             make_store_dirs(self.root, self.fingerprint)
         return write_node_temp(self.file(key), tensors, metadata)
 
-    def publish(self, tmp: Path, key: str) -> None:
-        publish_node(tmp, self.file(key))
+    def store(self, key: str, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], *,
+              exists: Callable[[], bool], insert: Callable[[int], bool]) -> bool:
+        """Write the node's file, then (under the write lock) publish it and ``insert(size)``
+        its row, unless ``exists()`` says another store saved the key meanwhile. The file is
+        removed if the row cannot be inserted. Returns what ``insert`` returned."""
+        tmp, nbytes = self.write_temp(key, tensors, metadata)
+        with self.write_lock:
+            if exists():
+                tmp.unlink(missing_ok=True)
+                return False
+            publish_node(tmp, self.file(key))
+            try:
+                return insert(nbytes)
+            except BaseException:
+                self.file(key).unlink(missing_ok=True)
+                raise
 
     def read(self, key: str, *, expected_metadata: Mapping[str, str], layout: Sequence[TensorSpec],
              checksum: str | None) -> dict[str, torch.Tensor]:

@@ -230,23 +230,13 @@ class KVStore:
 
     def _put_file(self, key: str, tensors: dict[str, torch.Tensor], layout: list[TensorSpec],
                   row: tuple) -> bool:
-        files = self._files
-        assert files is not None
+        assert self._files is not None
         parent, n_ids, start, token_hash, checksum, layout_json, extra = row
-        meta = self._file_metadata(key, token_hash, start, n_ids, checksum)
-        meta["dtype"] = layout[0][1]
-        tmp, nbytes = files.write_temp(key, tensors, meta)
-        with files.write_lock:
-            if self._index.row(key, "1") is not None:  # stored by another process meanwhile
-                tmp.unlink(missing_ok=True)
-                return False
-            files.publish(tmp, key)
-            try:
-                return self._index.insert(key, parent, n_ids, start, nbytes, token_hash,
-                                          checksum, layout_json, extra)
-            except BaseException:
-                files.file(key).unlink(missing_ok=True)
-                raise
+        meta = {**self._file_metadata(key, token_hash, start, n_ids, checksum), "dtype": layout[0][1]}
+        return self._files.store(
+            key, tensors, meta, exists=lambda: self._index.row(key, "1") is not None,
+            insert=lambda nbytes: self._index.insert(key, parent, n_ids, start, nbytes, token_hash,
+                                                     checksum, layout_json, extra))
 
     def get(self, key: str, *, token_ids: Sequence[int] | None = None) -> ChunkKV | None:
         """The node's K/V (a fresh copy, stored dtype, CPU), or None on a miss.

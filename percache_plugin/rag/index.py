@@ -21,13 +21,18 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from percache_plugin.rag.chunking import Chunk
-from percache_plugin.rag.index_files import CorruptIndexError, read_snapshot, write_snapshot
+from percache_plugin.rag.index_files import (
+    CorruptIndexError,
+    chunk_record,
+    parse_snapshot,
+    read_snapshot,
+    write_snapshot,
+)
+from percache_plugin.rag.vectors import positive_int, unit_rows
 
 __all__ = ["CorruptIndexError", "Fusion", "Hit", "HybridIndex", "tokenize"]
 
 Fusion = Literal["rrf", "bm25", "vector"]
-_FORMAT = "percache-hybrid-index"
-_VERSION = 1
 _WORD = re.compile(r"\w+")
 
 
@@ -53,24 +58,6 @@ class _Entry:
     label: int
     vector: np.ndarray
     tokens: list[str]
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _unit_rows(array: object, dim: int, what: str) -> np.ndarray:
-    rows = np.array(array, dtype=np.float32, ndmin=2)
-    if rows.ndim != 2 or rows.shape[1] != dim:
-        raise ValueError(f"{what} must have shape [n, {dim}], got {np.shape(array)}")
-    if not np.isfinite(rows).all():
-        raise ValueError(f"{what} contain NaN or infinite values")
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    if (norms == 0).any():
-        raise ValueError(f"{what} contain an all-zero row (cosine is undefined)")
-    return rows / norms
 
 
 class HybridIndex:
@@ -102,7 +89,7 @@ class HybridIndex:
         bm25_weight: float = 0.5,
         vector_weight: float = 1.0,
     ) -> None:
-        self._dim = _positive_int("dim", dim)
+        self._dim = positive_int("dim", dim)
         if fusion not in ("rrf", "bm25", "vector"):
             raise ValueError(f"fusion must be 'rrf', 'bm25' or 'vector', got {fusion!r}")
         if isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or rrf_k < 0:
@@ -183,7 +170,7 @@ class HybridIndex:
                 raise TypeError(f"add(): item {i} is {type(chunk).__name__}, not Chunk")
         if len(chunks) == 0:
             return 0
-        vectors = _unit_rows(embeddings, self._dim, "embeddings")
+        vectors = unit_rows(embeddings, self._dim, "embeddings")
         if len(vectors) != len(chunks):
             raise ValueError(f"add(): {len(chunks)} chunks but {len(vectors)} embedding rows")
         new: list[_Entry] = []
@@ -251,9 +238,9 @@ class HybridIndex:
         """
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
-        k = _positive_int("k", k)
-        candidates = max(_positive_int("candidates", candidates), k)
-        vector = _unit_rows(query_embedding, self._dim, "query_embedding")
+        k = positive_int("k", k)
+        candidates = max(positive_int("candidates", candidates), k)
+        vector = unit_rows(query_embedding, self._dim, "query_embedding")
         if len(vector) != 1:
             raise ValueError(f"query_embedding must be one vector, got {len(vector)} rows")
         eligible = self._scopes.get(scope, 0)
@@ -347,48 +334,26 @@ class HybridIndex:
                    else np.zeros((0, self._dim), np.float32))
         settings = {"dim": self._dim, "fusion": self._fusion, "rrf_k": self._rrf_k,
                     "weights": list(self._weights), "next_label": self._next_label}
-        write_snapshot(Path(directory), settings, [_chunk_record(e) for e in entries], vectors,
+        write_snapshot(Path(directory), settings, [chunk_record(e.chunk, e.label) for e in entries], vectors,
                        lambda p: self._hnsw.save_index(str(p)))
 
     @classmethod
     def load(cls, directory: Path | str) -> HybridIndex:
         """Read an index written by :meth:`save`, without re-embedding anything. Every file
         is verified first; a damaged one raises :class:`CorruptIndexError` naming it."""
-        directory = Path(directory)
-        snap = read_snapshot(directory)
-        manifest = snap.manifest
-        try:
-            bm25_weight, vector_weight = manifest["weights"]
-            index = cls(int(manifest["dim"]), fusion=manifest["fusion"], rrf_k=manifest["rrf_k"],
-                        bm25_weight=bm25_weight, vector_weight=vector_weight)
-            entries = [_Entry(Chunk(**{k: v for k, v in r.items() if k != "label"}),
-                              int(r["label"]), v.astype(np.float32), tokenize(r["text"]))
-                       for r, v in zip(snap.records, snap.vectors, strict=True)]
-            next_label = int(manifest["next_label"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptIndexError(directory / "manifest.json",
-                                    f"unusable settings or chunk records ({exc})") from None
+        snap = read_snapshot(Path(directory))
+        settings, records = parse_snapshot(snap)
+        index = cls(settings["dim"], fusion=settings["fusion"], rrf_k=settings["rrf_k"],
+                    bm25_weight=settings["weights"][0], vector_weight=settings["weights"][1])
         hnsw = hnswlib.Index(space="cosine", dim=index.dim)
         hnsw.load_index(str(snap.hnsw_path), allow_replace_deleted=True)
         index._hnsw = hnsw
-        for entry in entries:
-            index._entries[entry.chunk.id] = entry
-            index._by_label[entry.label] = entry
-            index._scopes[entry.chunk.scope] += 1
-        if set(index._by_label) - set(hnsw.get_ids_list()) or len(index._by_label) != len(entries):
+        for chunk, label, vector in records:
+            entry = _Entry(chunk, label, vector, tokenize(chunk.text))
+            index._entries[chunk.id] = entry
+            index._by_label[label] = entry
+            index._scopes[chunk.scope] += 1
+        if set(index._by_label) - set(hnsw.get_ids_list()) or len(index._by_label) != len(records):
             raise CorruptIndexError(snap.hnsw_path, "lacks chunk labels of the manifest")
-        index._next_label = next_label
+        index._next_label = settings["next_label"]
         return index
-
-
-def _chunk_record(entry: _Entry) -> dict[str, object]:
-    c = entry.chunk
-    return {
-        "id": c.id,
-        "doc_id": c.doc_id,
-        "index": c.index,
-        "text": c.text,
-        "scope": c.scope,
-        "metadata": dict(c.metadata),
-        "label": entry.label,
-    }

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from ..filemodes import FILE_MODE, private_dir
+from .chunking import Chunk
 
-__all__ = ["FORMAT", "VERSION", "CorruptIndexError", "Snapshot", "read_legacy", "read_snapshot",
-           "write_snapshot"]
+__all__ = ["FORMAT", "VERSION", "CorruptIndexError", "Snapshot", "chunk_record", "parse_snapshot",
+           "read_legacy", "read_snapshot", "write_snapshot"]
 
 FORMAT = "percache-hybrid-index"
 VERSION = 1
@@ -202,3 +203,25 @@ def read_legacy(directory: Path) -> tuple[list[dict[str, Any]], np.ndarray] | No
     if not isinstance(records, list) or vectors.ndim != 2 or len(records) != len(vectors):
         return None
     return records, vectors
+
+
+def chunk_record(chunk: Chunk, label: int) -> dict[str, object]:
+    """A chunk as saved in ``chunks.*.json``."""
+    return {"id": chunk.id, "doc_id": chunk.doc_id, "index": chunk.index, "text": chunk.text,
+            "scope": chunk.scope, "metadata": dict(chunk.metadata), "label": label}
+
+
+def parse_snapshot(snap: Snapshot) -> tuple[dict[str, Any], list[tuple[Chunk, int, np.ndarray]]]:
+    """The index settings and (chunk, label, vector) of a verified save; raises
+    :class:`CorruptIndexError` when they are unusable."""
+    m = snap.manifest
+    try:
+        weights = [float(w) for w in m["weights"]]
+        settings = {"dim": int(m["dim"]), "fusion": m["fusion"], "rrf_k": int(m["rrf_k"]),
+                    "weights": (weights[0], weights[1]), "next_label": int(m["next_label"])}
+        records = [(Chunk(**{k: v for k, v in r.items() if k != "label"}), int(r["label"]),
+                    v.astype(np.float32)) for r, v in zip(snap.records, snap.vectors, strict=True)]
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise CorruptIndexError(snap.hnsw_path.parent / "manifest.json",
+                                f"unusable settings or chunk records ({exc})") from None
+    return settings, records
