@@ -39,14 +39,14 @@ def test_requests_answer_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.Monk
         cached = pc.generate(SEGMENTS, **GEN)  # fully cached: needs no write at all
         assert cached.text == first.text
         assert cached.stats.nodes_reused == len(pc.prompt(SEGMENTS).reusable) > 0
-        assert cached.stats.store_errors >= 1  # the hit counters could not be written
+        # Its hit counters could not be written (unless served from the RAM tier): no error.
         hit = pc.ask("When is the choir rehearsal ?", scope="u", **GEN)
         assert hit.source == "qa_bank" and hit.text == asked.text
         new = pc.ask("What is over plan?", scope="u", **GEN)
         assert new.source == "generated" and new.stats is not None
         assert new.stats.store_errors >= 2  # its K/V and its QA entry
         changed = pc.generate([*SEGMENTS[:-1], "Who owns the slides?"], **GEN)
-        assert changed.stats.store_errors >= 1
-        assert pc.stats().store_errors >= 5
+        assert changed.stats.nodes_reused == cached.stats.nodes_reused
+        assert pc.stats().store_errors >= new.stats.store_errors
     finally:
         pc.close()
