@@ -28,6 +28,10 @@ BAD_INPUT = {
     "bench qa: no QMSum": ["bench", "qa", "--data", "/nonexistent"],
     "bench idle: no QMSum": ["bench", "idle", "--data", "/nonexistent"],
     "bench e2e: no QMSum": ["bench", "e2e", "--data", "/nonexistent"],
+    "bench buffer: bad block size": ["bench", "buffer", "--block-kib", "0"],
+    "bench buffer: not a number": ["bench", "buffer", "--tokens", "many"],
+    "store clear: no path": ["store", "clear"],
+    "conformance: bad dtype": ["conformance", "tiny:llama", "--dtype", "float8"],
     "bench: no name": ["bench"],
 }
 

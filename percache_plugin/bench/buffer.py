@@ -82,6 +82,11 @@ def plot(name: str, result: dict[str, Any], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from ..cli_errors import UsageError
+
+    for name in ("block_kib", "tokens"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     torch.set_num_threads(1)
     block = args.block_kib * 1024
     args.out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.guards import DEFAULT_MIN_OVERLAP, DEFAULT_TAU
@@ -245,7 +246,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             requests.timed(probes[j][0], scope_of[j])
         timings: dict[str, list[list[float]]] = {"hit": [], "miss": []}
         right, wrong = 0, []
-        for j in rng.permutation(len(probes)):
+        for j in tqdm(rng.permutation(len(probes)), desc="bench qa lookups", unit="lookup",
+                      disable=None):
             (text, target), scope = probes[j], scope_of[j]
             served, times = requests.timed(text, scope)
             timings["miss" if served is None else "hit"].append(times)
