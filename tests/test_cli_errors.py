@@ -32,6 +32,10 @@ BAD_INPUT = {
     "bench buffer: not a number": ["bench", "buffer", "--tokens", "many"],
     "store clear: no path": ["store", "clear"],
     "conformance: bad dtype": ["conformance", "tiny:llama", "--dtype", "float8"],
+    "bench offload: no tokens": ["bench", "offload", "--tokens", "0"],
+    "trace: missing file": ["trace", "/nonexistent/trace.csv"],
+    "sizing: missing weights": ["sizing", "--ram", "10", "--weights", "/nonexistent"],
+    "sizing: no loop": ["sizing", "--ram", "10"],
     "bench: no name": ["bench"],
 }
 

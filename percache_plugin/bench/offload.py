@@ -47,7 +47,12 @@ def _decode(model: Any, weights: Any, steps: int) -> tuple[float, int]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from ..cli_errors import UsageError
     from .offload_model import load_offloaded, write_offloaded
+
+    for name in ("hidden", "layers", "tokens"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} must be at least 1, got {getattr(args, name)}")
 
     torch.set_num_threads(1)
     budgets = [float(b) for b in args.budgets.split(",")]
