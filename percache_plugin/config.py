@@ -230,6 +230,12 @@ class Config:
         "(exact K/V again for them; later tokens stay shifted).",
         0,
     )
+    prefix_block_tokens: int = _help(
+        "Block size of plain prompts (pc.complete): a prompt is cut into blocks of this many "
+        "tokens, chained by hash, and the longest run of stored blocks at its start is reused "
+        "(smaller blocks reuse more of a partial match; each block is one store entry).",
+        32,
+    )
     drafting: bool = _help(
         "Greedy decoding verifies drafts copied from the prompt, the nearest QA-bank answers and "
         "earlier turns (speculative decoding): the tokens are exactly those of plain greedy "
@@ -327,6 +333,9 @@ class Config:
         head = self.session_recompute_head
         if isinstance(head, bool) or not isinstance(head, int) or head < 0:
             raise ConfigError(f"session_recompute_head must be an int >= 0, got {head!r}")
+        block = self.prefix_block_tokens
+        if isinstance(block, bool) or not isinstance(block, int) or block <= 0:
+            raise ConfigError(f"prefix_block_tokens must be a positive int, got {block!r}")
 
     def _check_drafting(self) -> None:
         if not isinstance(self.drafting, bool):

@@ -43,6 +43,7 @@ from .decode import (
 from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
+from .kv.blocks import block_prompt
 from .kv.cache import empty_cache, slice_chunk
 from .kv.recompute import RecomputeStrategy, parse_strategy
 from .kv.store import KVStore
@@ -276,9 +277,10 @@ class Engine:
                 f"model's context of {limit} tokens"
             )
 
-    def generate(self, segments: Sequence[str | Segment], *, drafts: DraftHints | None = None,
+    def generate(self, segments: Sequence[str | Segment] | Prompt, *, drafts: DraftHints | None = None,
                  **generate_kwargs: Any) -> Generation:
-        """Generate from ``[system, chunk, ..., query]`` reusing stored chunk K/V.
+        """Generate from ``[system, chunk, ..., query]`` (or a :class:`Prompt` already built,
+        e.g. by :func:`~percache_plugin.kv.blocks.block_prompt`) reusing stored chunk K/V.
 
         Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64).
         Greedy decoding verifies drafts (``Config.drafting``) from the ``percache_draft_sources``
@@ -311,7 +313,20 @@ class Engine:
         sources = self.hooks.draft_sources(self.ctx, prompt, hints or DraftHints())
         return DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources)
 
-    def prefill(self, segments: Sequence[str | Segment]) -> Prefilled:
+    def complete(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> Generation:
+        """Generate from a plain prompt (text, tokenized with the tokenizer's special tokens and
+        no chat template; or token ids), reusing the longest stored run of its
+        ``Config.prefix_block_tokens``-token blocks that any earlier plain prompt computed."""
+        if isinstance(prompt, str):
+            ids = list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        elif isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise TypeError(f"prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
+        blocks = block_prompt(ids, self.config.prefix_block_tokens, self.fingerprint)
+        return self.generate(blocks, **generate_kwargs)
+
+    def prefill(self, segments: Sequence[str | Segment] | Prompt) -> Prefilled:
         """Run only the reuse path: a cache holding every prompt position but the last.
 
         Feed ``prompt.input_ids[-1:]`` (plus any continuation) to the model with
@@ -333,7 +348,7 @@ class Engine:
                 finish(cache, None, done)
             return Prefilled(prompt, cache, stats)
 
-    def _prepare(self, segments: Sequence[str | Segment], max_new: int, t0: float) -> tuple[
+    def _prepare(self, segments: Sequence[str | Segment] | Prompt, max_new: int, t0: float) -> tuple[
             Prompt, Any, int, GenerationStats, Finish]:
         """Plan, load and splice: the cache, how many prompt positions it serves, and a
         ``finish(cache, generation, completed)`` that stores what a completed request computed,
@@ -342,7 +357,7 @@ class Engine:
             raise RuntimeError("this percache handle was closed; call enable() again")
         if self._enabled:
             self.follow_model()
-        prompt = self.prompt(segments)
+        prompt = segments if isinstance(segments, Prompt) else self.prompt(segments)
         self._check_length(prompt, max_new)
         stats = GenerationStats(prompt_tokens=prompt.n_tokens)
         errors_before = self.store.write_errors

@@ -143,14 +143,22 @@ class PerCache:
         """
         return self.engine.generate(segments, **generate_kwargs)
 
-    def prefill(self, segments: Sequence[str | Segment]) -> Prefilled:
+    def prefill(self, segments: Sequence[str | Segment] | Prompt) -> Prefilled:
         """Run only the reuse path: a cache holding every prompt position but the last
-        (see :meth:`Engine.prefill`). What was computed is stored."""
+        (see :meth:`Engine.prefill`). What was computed is stored. ``segments`` may be a
+        :class:`Prompt` already built (``kv.blocks.block_prompt`` for plain prompts)."""
         return self.engine.prefill(segments)
 
     def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
         """Whether every reusable piece of this prompt is in the store as an exact prefix."""
         return self.engine.kv_cached(segments)
+
+    def complete(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> Generation:
+        """Generate from a plain prompt (text or token ids), reusing the longest cached token
+        prefix of any earlier plain prompt, block by block (``Config.prefix_block_tokens``).
+        ``stats.tokens_reused`` says how much was served; exact reuse, so greedy output equals
+        plain generate over the same ids."""
+        return self.engine.complete(prompt, **generate_kwargs)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, **generate_kwargs: Any) -> Reply:
         """One turn of a conversation: the session's K/V is carried from turn to turn, so only the

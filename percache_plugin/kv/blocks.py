@@ -1,0 +1,33 @@
+"""Plain prompts as token blocks: recycling the longest cached prefix of any earlier prompt.
+
+A prompt (text or token ids) is cut into blocks of ``block`` tokens; each full block is a
+reusable piece whose key chains the fingerprint, the key of the block before it and its own
+ids (as vLLM's automatic prefix caching does), so two prompts share stored blocks exactly as
+far as their ids agree, block by block. The last piece (the remainder, or the last block when
+the prompt divides evenly) is never stored: at least one token is always computed. Blocks are
+stored and evicted like any chunk node of the K/V store (atomic files, fingerprint, byte limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..segments import Prompt, Segment, SegmentError, chain_pieces
+
+__all__ = ["block_prompt"]
+
+_BLOCK = Segment("", "chunk")
+_TAIL = Segment("", "query")
+
+
+def block_prompt(ids: Sequence[int], block: int, fingerprint: str) -> Prompt:
+    """The prompt of ``ids`` in blocks of ``block`` tokens plus a never-cached tail.
+
+    :raises SegmentError: ``ids`` is empty."""
+    ids = [int(t) for t in ids]
+    if not ids:
+        raise SegmentError("the prompt is empty")
+    n_full = (len(ids) - 1) // block  # the tail keeps at least one token
+    parts = [ids[i * block:(i + 1) * block] for i in range(n_full)]
+    parts.append(ids[n_full * block:])
+    return chain_pieces([_BLOCK] * n_full + [_TAIL], parts, fingerprint=fingerprint)
