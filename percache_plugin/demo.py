@@ -96,7 +96,12 @@ def _assistant(pc: PerCache, max_new: int, budget: float) -> None:
     print(f"  {idle.summary()}")
     predicted = [e.question for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted"]
     print("  Questions the cache prepared answers for:")
-    for q in predicted or ["(none: the model's output held no usable question)"]:
+    if not predicted and idle.remaining:
+        predicted_note = (f"(none yet: the budget ran out with {idle.remaining} tasks left; "
+                          "a slower or busy machine needs a larger --idle-budget)")
+    else:
+        predicted_note = "(none: the model's output held no usable question)"
+    for q in predicted or [predicted_note]:
         print("   -", q)
     if predicted:
         print("\nOne of them, asked in other words, is served from the cache:")
