@@ -57,21 +57,23 @@ from types import MappingProxyType
 import numpy as np
 
 from percache_plugin.rag.embeddings import Embedder, load_embedder
-from percache_plugin.rag.guards import DEFAULT_MIN_OVERLAP, DEFAULT_TAU
+from percache_plugin.rag.guards import DEFAULT_MIN_OVERLAP, DEFAULT_TAU, MEANING_GUARDS
 from percache_plugin.rag.index import HybridIndex
 from percache_plugin.rag.qa_bank import QABank
 from percache_plugin.rag.qmsum import Meeting, chunk_meeting, iter_series
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-# name -> (entries and questions carry their meeting, consistency guard, key-terms guard, label)
-SETTINGS: dict[str, tuple[bool, bool, bool, str]] = {
-    "plain": (False, False, False, "plain similarity"),
-    "scope": (True, False, False, "+ scope"),
-    "consistency": (False, True, False, "+ retrieval consistency"),
-    "terms": (False, False, True, "+ key terms"),
-    "scope+consistency": (True, True, False, "+ scope + consistency"),
-    "scope+terms": (True, False, True, "+ scope + key terms"),
-    "all": (True, True, True, "+ scope + consistency + key terms"),
+# name -> (entries and questions carry their meeting, consistency guard, key-terms guard,
+# meaning guards, label)
+SETTINGS: dict[str, tuple[bool, bool, bool, bool, str]] = {
+    "plain": (False, False, False, False, "plain similarity"),
+    "scope": (True, False, False, False, "+ scope"),
+    "consistency": (False, True, False, False, "+ retrieval consistency"),
+    "terms": (False, False, True, False, "+ key terms"),
+    "scope+consistency": (True, True, False, False, "+ scope + consistency"),
+    "scope+terms": (True, False, True, False, "+ scope + key terms"),
+    "all": (True, True, True, False, "+ scope + consistency + key terms"),
+    "all+meaning": (True, True, True, True, "+ scope + consistency + key terms + meaning"),
 }
 TAUS = tuple(round(t, 2) for t in np.arange(0.50, 0.981, 0.02))
 SOURCE_K = 3
@@ -369,7 +371,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         min_overlap: float,
         examples: list[dict] | None = None,
     ) -> Counter[str]:
-        scoped, consistency, terms, _ = SETTINGS[setting]
+        scoped, consistency, terms, meaning, _ = SETTINGS[setting]
         bank = banks["scoped" if scoped else "unscoped"]
         tally: Counter[str] = Counter()
         for p in ev.probes:
@@ -379,6 +381,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 embedding=vec[p.text],
                 min_overlap=min_overlap,
                 key_terms=terms,
+                meaning=MEANING_GUARDS if meaning else (),
                 scope=p.meeting if scoped else None,
                 retrieved=checked[check_k][p] if consistency else None,
             )
@@ -428,7 +431,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     variants = []
     for check_k in (3, 5):
         for min_overlap in (1 / 3, 2 / 3, 1.0):
-            c = score("all", args.tau, check_k, min_overlap)
+            c = score("all+meaning", args.tau, check_k, min_overlap)
             variants.append(
                 {
                     "check_k": check_k,
@@ -545,6 +548,7 @@ def plot(report: dict, path: Path, tau: float) -> None:
         "tab:green",
         "tab:olive",
         "tab:red",
+        "tab:brown",
     )
     for ax, (key, ylabel, title, target) in zip(axes, panels, strict=True):
         for (setting, (*_, label)), color in zip(SETTINGS.items(), colors, strict=True):
@@ -555,7 +559,7 @@ def plot(report: dict, path: Path, tau: float) -> None:
                 color=color,
                 label=label,
                 marker=".",
-                lw=2.2 if setting == "all" else 1.2,
+                lw=2.2 if setting == "all+meaning" else 1.2,
             )
         ax.axhline(target, color="k", lw=0.8, ls=":")
         ax.axvline(tau, color="k", lw=0.8, ls="--")

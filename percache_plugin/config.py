@@ -162,6 +162,9 @@ class Config:
     )
     qa_byte_limit: int | None = _help("Byte limit of the QA bank (LFU eviction).", 100 * 2**20)
     use_qa_bank: bool = _help("Answer from the QA bank when a stored question matches.", True)
+    qa_share_across_models: bool = _help(
+        "Serve QA-bank answers that another model (another fingerprint: other weights or "
+        "adapter) generated; off: each model is served only its own answers.", False)
     use_kv: bool = _help("Reuse and store chunk K/V (False: every prompt is computed).", True)
     predict: Literal["off", "knowledge", "history", "both"] = _help(
         "Predict questions in idle time: from an abstract of new documents ('knowledge'), "

@@ -134,3 +134,21 @@ def test_ask_embeds_the_question_once() -> None:
     pc.embedder.embed = counting  # type: ignore[method-assign]
     pc.ask("Who borrowed the projector?", scope="alice", **GEN)
     assert [t for t in calls if t == ["Who borrowed the projector?"]] == [["Who borrowed the projector?"]]
+
+
+def test_qa_answers_are_bound_to_the_model_fingerprint(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    first = _pc(store)
+    first.add_documents(DOCS, scope="alice")
+    answer = first.ask("When is the choir rehearsal?", scope="alice", **GEN)
+    assert answer.source == "generated"
+    first.close()
+    model, tok = tiny_pair("llama", hidden_size=48)  # another model on the same store
+    other = percache.enable(model, tok, store=store, embedder="hash", predict="off")
+    assert other.fingerprint != first.fingerprint
+    again = other.ask("When is the choir rehearsal?", scope="alice", **GEN)
+    assert again.source == "generated"  # not the first model's stored answer
+    other.configure(qa_share_across_models=True)
+    shared = other.ask("When is the choir rehearsal?", scope="alice", **GEN)
+    assert shared.source == "qa_bank" and shared.text == answer.text
+    other.close()

@@ -78,8 +78,11 @@ class QABankPlugin:
         """The QA bank (opened on first use, in the K/V store's SQLite file)."""
         if self._bank is None:
             root = ctx.engine.store.path
+            engine = ctx.engine
             self._bank = QABank(None if root is None else root / DB_NAME, ctx.embedder,
-                                byte_limit=ctx.config.qa_byte_limit)
+                                byte_limit=ctx.config.qa_byte_limit,
+                                model=lambda: engine.fingerprint,
+                                share_across_models=lambda: engine.config.qa_share_across_models)
         return self._bank
 
     @hookimpl(trylast=True)

