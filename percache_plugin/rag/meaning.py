@@ -66,7 +66,8 @@ _FUNCTION = frozenset(
 _TIME_WORDS = r"time|year|date|day|month|week|hour"
 _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern)) for kind, pattern in (
-        ("number", r"^how (many|much)\b|^what (number|amount|percentage)\b"),
+        ("number", r"^how (many|much)\b|^what (number|amount|percentage)\b|"
+                   r"^what (is|was|are|were) the (price|cost|amount|number|total)\b"),
         ("duration", r"^how long\b|^for how long\b"),
         ("time", rf"^when\b|^(what|which) ({_TIME_WORDS})s?\b|^at what time\b|^since when\b"),
         ("place", r"^where\b|^(what|which) (place|city|country|town)\b|^in (what|which) "

@@ -72,3 +72,9 @@ def test_words_guard_is_off_by_default_and_switchable() -> None:
     assert "words" not in meaning_checks(question_shape(a), question_shape(b))
     assert failed(a, b, frozenset({"words"})) == {"words"}
     assert meaning_checks(question_shape(a), question_shape(b), ()) == {}
+
+
+def test_price_questions_are_number_questions() -> None:
+    assert question_kind("What was the price of the new contract?") == "number"
+    assert failed("How much did the car repair cost?", "What was the price of the car repair?") \
+        == set()
