@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "offload": ("percache_plugin.bench.offload", "offloaded weights through the buffer cache: tokens/s and bytes/token vs sizing model"),
     "buffer": ("percache_plugin.bench.buffer", "buffer-cache policies: hit ratio vs cache size on K/V, chat and offload traces"),
     "chat": ("percache_plugin.bench.chat", "chat sessions on LoCoMo: TTFT, tokens computed, resident K/V per turn"),
+    "decode": ("percache_plugin.bench.decode", "decode speed with verified drafts vs plain greedy decoding (SmolLM2, QMSum)"),
     "e2e": ("percache_plugin.bench.e2e", "end-to-end replay of QMSum users: methods, latency, hit rates, quality"),
 }
 

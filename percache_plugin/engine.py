@@ -294,7 +294,7 @@ class Engine:
             gen = None
             try:
                 preempt = self.preemption.flag if self.preemption.in_background() else None
-                drafting = self._drafting(prompt, generate_kwargs, drafts, stats)
+                drafting = self.drafting(prompt, generate_kwargs, drafts, stats)
                 gen = run_generate(self.model, self.tokenizer, prompt, cache, served, stats,
                                    generate_kwargs, t0, preempt, self.preemption.deadline, drafting)
             finally:
@@ -303,9 +303,10 @@ class Engine:
                 raise Preempted("background generation yielded to a foreground request")
             return gen
 
-    def _drafting(self, prompt: Prompt, kwargs: dict[str, Any], hints: DraftHints | None,
-                  stats: GenerationStats) -> DraftedDecoding | None:
-        """The drafted decoding loop for this request, or None (``stats.drafting`` says why)."""
+    def drafting(self, prompt: Prompt, kwargs: dict[str, Any], hints: DraftHints | None,
+                 stats: GenerationStats) -> DraftedDecoding | None:
+        """The drafted decoding loop for a request decoding ``prompt`` with ``kwargs`` (hand it to
+        :func:`~percache_plugin.decode.run_generate`), or None (``stats.drafting`` says why)."""
         reason = "off" if not (self.config.drafting and self._enabled) else greedy_reason(self.model, kwargs)
         if reason:
             stats.drafting = reason

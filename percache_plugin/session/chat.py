@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..decode import context_limit, run_generate
+from ..decode import DraftHints, context_limit, run_generate
+from ..decode.sources import SESSION
 from ..segments import Prompt, PromptPiece, Segment
 from .edits import session_editor
 from .evict import make_room
@@ -82,10 +83,12 @@ class ChatRunner:
         if stats.restored_from == "ids":
             stats.history_recomputed = session.n_tokens - cached
         prompt = Prompt((PromptPiece(Segment("", "query"), tuple(full), 0, None),))
+        earlier = DraftHints(token_ids={SESSION: [t.reply_ids for t in session.turns]})
+        drafting = self.engine.drafting(prompt, kwargs, earlier, stats)
         try:
             with self.keep_mask.active(session.keep):
                 gen = run_generate(self.engine.model, self.engine.tokenizer, prompt, cache, cached,
-                                   stats, kwargs, t0, None)
+                                   stats, kwargs, t0, None, None, drafting)
         except BaseException:
             crop_to(cache, cached)  # generate may have grown it part way
             raise

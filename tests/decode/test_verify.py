@@ -141,3 +141,20 @@ def test_padding_and_full_cache_are_refused() -> None:
     with pytest.raises(ValueError, match="padding"), torch.inference_mode():
         model.generate(x, attention_mask=torch.tensor([[0, 1, 1]]), max_new_tokens=3, do_sample=False,
                        pad_token_id=0, custom_generate=loop)
+
+
+@pytest.mark.parametrize("eviction", ["exact", "masked"])
+def test_chat_turns_draft_from_earlier_replies_and_equal_plain_decoding(eviction: str) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, session_kv_tokens=400, session_eviction=eviction)
+    pc.sessions.create("s", system="Be brief.")
+    drafted: dict[str, int] = {}
+    for i in range(6):
+        reply = pc.chat("When is the rehearsal?", session="s", max_new_tokens=16, do_sample=False)
+        with pc.disabled():
+            want, _ = baseline(model, reply.prompt_ids, 16)
+        assert reply.token_ids == want, f"turn {i + 1}"
+        for name, n in reply.stats.drafted_by_source.items():
+            drafted[name] = drafted.get(name, 0) + n
+    assert drafted.get("session", 0) > 0
+    pc.close()

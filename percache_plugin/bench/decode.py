@@ -1,0 +1,157 @@
+"""``percache bench decode``: decode speed with verified drafts vs plain greedy decoding.
+
+SmolLM2 answers QMSum questions the way ``ask()`` does (retrieve top-k chunks of the meeting,
+generate over them). Per meeting: the original queries are asked first (their answers enter
+the QA bank), then each hand-written paraphrase (benchmarks/data/qa_paraphrases.json) is
+answered once per mode, side by side: plain decoding, drafts from the prompt only, from the
+QA bank only (the stored answers of the nearest questions), from the session only (the answers
+to the earlier paraphrases of the same meeting, as in a conversation), and from every source.
+The prompt's chunks are cached before the timed runs, so a request is one token of prefill and
+``--new-tokens`` of decoding; decode speed is new tokens over the whole request's time. Every
+drafted answer is checked token for token against the plain one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..decode.sources import QA_BANK, SESSION, DraftHints
+from ..rag.qmsum import Meeting, iter_meetings, meeting_text
+from .common import DEFAULT_QMSUM, markdown_table, median, require_qmsum, write_json
+
+__all__ = ["add_arguments", "run", "MODES"]
+
+PARAPHRASES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "qa_paraphrases.json"
+MODES: dict[str, tuple[str, ...] | None] = {
+    "prompt": ("prompt",), "qa_bank": (QA_BANK,), "session": (SESSION,), "combined": None}
+
+
+def _pairs(path: Path, meetings: int, questions: int) -> dict[str, list[tuple[str, str]]]:
+    pairs = json.loads(path.read_text())["pairs"]
+    by: dict[str, list[tuple[str, str]]] = {}
+    for p in pairs:
+        by.setdefault(p["meeting"], []).append((p["query"], p["paraphrase"]))
+    chosen = dict(sorted(by.items(), key=lambda kv: -len(kv[1]))[:meetings])
+    out, n = {}, 0
+    for mid, qs in chosen.items():
+        take = qs[:max(0, questions - n)]
+        if take:
+            out[mid] = take
+            n += len(take)
+    return out
+
+
+def _meetings(data: Path, ids: set[str]) -> dict[str, Meeting]:
+    return {m.id: m for m in iter_meetings(data) if m.id in ids}
+
+
+def _timed(pc: Any, segments: Any, n: int, hints: DraftHints, mode: str) -> dict[str, Any]:
+    if mode == "plain":
+        pc.configure(drafting=False)
+    else:
+        pc.configure(drafting=True, draft_sources=MODES[mode])
+    t0 = time.perf_counter()
+    gen = pc.generate(segments, max_new_tokens=n, do_sample=False, drafts=hints)
+    s = gen.stats
+    return {"ids": gen.token_ids, "s": time.perf_counter() - t0, "new": s.new_tokens,
+            "forwards": s.decode_forwards or s.new_tokens, "drafted": s.tokens_drafted,
+            "accepted": s.tokens_accepted, "reused": s.tokens_reused}
+
+
+def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions: int, new_tokens: int,
+                  repeats: int, progress: bool = True, partial: Path | None = None) -> dict[str, Any]:
+    """Every question in every mode; ``partial`` receives the rows so far after each question."""
+    import percache_plugin as percache
+
+    from ..assistant.ask import qa_drafts, segments_for
+
+    plan = _pairs(PARAPHRASES, meetings, questions)
+    found = _meetings(data, set(plan))
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mid, qs in plan.items():
+            pc = percache.enable(model, tok, store=Path(tmp) / mid, drafting=False)
+            pc.add_documents({"text": meeting_text(found[mid]), "id": mid})
+            for original, _ in qs:  # earlier questions: their answers enter the QA bank
+                pc.ask(original, max_new_tokens=new_tokens)
+            session: list[list[int]] = []
+            for _, question in qs:
+                q = pc.assistant.query(question)
+                chunks = pc.hooks.retrieve(pc.assistant.ctx, q, pc.config.top_k, None)
+                segments = segments_for(pc.config.system_prompt, question, chunks)
+                qa = qa_drafts(pc.assistant, q, None)
+                hints = DraftHints(texts=qa.texts, token_ids={SESSION: list(session)})
+                pc.generate(segments, max_new_tokens=1, do_sample=False)  # cache the chunks
+                runs: dict[str, list[dict[str, Any]]] = {}
+                for r in range(repeats):
+                    order = ["plain", *MODES] if r % 2 == 0 else [*MODES, "plain"][::-1]
+                    for mode in order:
+                        runs.setdefault(mode, []).append(_timed(pc, segments, new_tokens, hints, mode))
+                plain_ids = runs["plain"][0]["ids"]
+                row: dict[str, Any] = {"meeting": mid, "question": question, "new": runs["plain"][0]["new"],
+                                       "qa_answers": len(qa.texts.get(QA_BANK, ())), "turns": len(session)}
+                for mode, rs in runs.items():
+                    row[mode] = {"identical": all(x["ids"] == plain_ids for x in rs),"tok_s": median([x["new"] / x["s"] for x in rs]),
+                                 "forwards": rs[0]["forwards"], "drafted": rs[0]["drafted"],
+                                 "accepted": rs[0]["accepted"]}
+                for mode in MODES:
+                    row[mode]["speedup"] = row[mode]["tok_s"] / row["plain"]["tok_s"]
+                rows.append(row)
+                write_json(partial, {"rows": rows})
+                session.append(plain_ids)
+                if progress:
+                    print(f"{mid} {question[:40]!r}: " + " ".join(
+                        f"{m}={row[m]['speedup']:.2f}x" for m in MODES)
+                        + ("" if all(row[m]["identical"] for m in MODES) else " NOT IDENTICAL"), flush=True)
+            pc.close()
+    summary = {m: {"median_speedup": median([r[m]["speedup"] for r in rows]),
+                   "min_speedup": min(r[m]["speedup"] for r in rows),
+                   "slower_than_5pct": sum(r[m]["speedup"] < 0.95 for r in rows),
+                   "median_tok_s": median([r[m]["tok_s"] for r in rows]),
+                   "acceptance": (sum(r[m]["accepted"] for r in rows) / max(1, sum(r[m]["drafted"] for r in rows))),
+                   "forwards": sum(r[m]["forwards"] for r in rows),
+                   "not_identical": sum(not r[m]["identical"] for r in rows)}
+               for m in MODES}
+    summary["plain"] = {"median_tok_s": median([r["plain"]["tok_s"] for r in rows]),
+                        "forwards": sum(r["plain"]["forwards"] for r in rows)}
+    return {"rows": rows, "summary": summary, "questions": len(rows), "meetings": len(plan),
+            "new_tokens": new_tokens, "repeats": repeats, "threads": torch.get_num_threads()}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, default=DEFAULT_QMSUM, help="QMSum data folder")
+    p.add_argument("--meetings", type=int, default=5, help="meetings (those with most paraphrases first)")
+    p.add_argument("--questions", type=int, default=20, help="paraphrased questions in all")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens decoded per answer")
+    p.add_argument("--repeats", type=int, default=1, help="timed runs per question and mode (median)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from ..bundled import load_smollm2
+
+    require_qmsum(args.data)
+    torch.set_num_threads(args.threads)
+    model, tok = load_smollm2()
+    payload = run_benchmark(model, tok, args.data, meetings=args.meetings, questions=args.questions,
+                            new_tokens=args.new_tokens, repeats=args.repeats, partial=args.json)
+    s = payload["summary"]
+    print(markdown_table(
+        ["mode", "median decode tok/s", "median speed-up", "min speed-up", "answers >5% slower",
+         "acceptance", "forwards"],
+        [["plain", f"{s['plain']['median_tok_s']:.1f}", "1.00x", "", "", "", s["plain"]["forwards"]],
+         *[[m, f"{s[m]['median_tok_s']:.1f}", f"{s[m]['median_speedup']:.2f}x", f"{s[m]['min_speedup']:.2f}x",
+            s[m]["slower_than_5pct"], f"{s[m]['acceptance']:.0%}", s[m]["forwards"]] for m in MODES]]))
+    differ = sum(s[m]["not_identical"] for m in MODES)
+    print(f"{payload['questions']} questions over {payload['meetings']} meetings, {args.new_tokens} new "
+          f"tokens, {args.threads} thread(s); drafted answers differing from the plain one: {differ}")
+    write_json(args.json, payload)
+    return payload
