@@ -1,0 +1,57 @@
+"""percache_edit_cache: a plugin edits a session's live cache; the conversation follows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.session.evict import turn_spans
+from tests.helpers import tiny_pair
+
+
+class EvictFirstTurnOnce:
+    def __init__(self) -> None:
+        self.done = False
+
+    @percache.hookimpl
+    def percache_edit_cache(self, ctx: Any, session: Any, editor: Any) -> None:
+        if self.done or len(session.turns) < 2:
+            return
+        start, end = turn_spans(session)[session.turns[0].turn_id]
+        editor.evict(start, end)
+        self.done = True
+
+
+class DeleteHead:
+    @percache.hookimpl
+    def percache_edit_cache(self, ctx: Any, session: Any, editor: Any) -> None:
+        if session.turns:
+            editor.delete([0])
+
+
+def test_a_plugin_evicting_a_turn_keeps_ids_and_slots_in_step() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, plugins=[EvictFirstTurnOnce()])
+    pc.sessions.create("s", system="Be brief.")
+    pc.chat("First message.", session="s", max_new_tokens=3)
+    pc.chat("Second message.", session="s", max_new_tokens=3)
+    reply = pc.chat("Third message.", session="s", max_new_tokens=3)
+    session = pc.sessions.get("s")
+    assert [t.turn_id for t in session.turns] == [2, 3]
+    assert reply.stats.cache_edits == 2 and reply.stats.approximate
+    assert reply.prompt_ids == session.head_ids + session.turns[0].ids + session.turns[1].user_ids
+    assert session.cache.get_seq_length() in (session.n_tokens, session.n_tokens - 1)
+    later = pc.chat("Fourth.", session="s", max_new_tokens=3)
+    assert later.stats.cache_edits == 0 and not later.stats.approximate
+
+
+def test_the_persistent_head_cannot_be_deleted() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, plugins=[DeleteHead()])
+    pc.sessions.create("s", system="Be brief.")
+    pc.chat("Hello.", session="s", max_new_tokens=3)
+    with pytest.raises(ValueError, match="persistent head"):
+        pc.chat("Again.", session="s", max_new_tokens=3)
+    assert len(pc.sessions.get("s").turns) == 1
