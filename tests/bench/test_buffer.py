@@ -1,0 +1,19 @@
+from percache_plugin.bench.buffer import POLICIES, sweep
+from percache_plugin.bench.ttft import drop_page_cache
+from percache_plugin.buffer.trace import Access
+
+
+def test_sweep_gives_every_policy_a_ratio_per_size() -> None:
+    loop = [Access(0, "r", "w", b * 1024, 1024) for _ in range(5) for b in range(40)]
+    res = sweep(loop, 1024)
+    assert res["distinct_blocks"] == 40 and res["reads"] == 200
+    half = next(r for r in res["rows"] if r["share"] == 0.5)
+    assert half["lru"] == 0.0 and half["llm"] >= 0.3
+    assert all(0.0 <= r[p] <= 1.0 for r in res["rows"] for p in POLICIES)
+
+
+def test_drop_page_cache_visits_every_file(tmp_path) -> None:
+    (tmp_path / "a").write_bytes(b"x")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "b").write_bytes(b"y")
+    assert drop_page_cache(tmp_path) == 2
