@@ -29,12 +29,14 @@ QMSUM ?= ../shared/data/qmsum
 
 test: venv
 	$(VENV)/bin/ruff check percache_plugin tests benchmarks conformance
+	$(VENV)/bin/mypy
 	@if [ -d $(QMSUM) ]; then $(VENV)/bin/percache bench e2e --smoke --data $(QMSUM) --out bench-out/e2e-smoke; \
 	else echo "skipping the e2e smoke run: $(QMSUM) not found"; fi
 	$(PY) -m pytest -q tests conformance; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 lint: venv
 	$(VENV)/bin/ruff check percache_plugin tests benchmarks conformance
+	$(VENV)/bin/mypy
 
 bench: venv
 	$(VENV)/bin/percache bench ttft

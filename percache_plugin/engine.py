@@ -434,7 +434,8 @@ class Engine:
         """Whether every reusable piece of this prompt is in the store as an exact prefix."""
         with self.lock:
             self.follow_model()
-            return all(self.store.contains(p.key) for p in self.prompt(segments).reusable)
+            return all(p.key is not None and self.store.contains(p.key)
+                       for p in self.prompt(segments).reusable)
 
     def stats(self) -> StatsTotals:
         """Totals over the requests this engine served."""

@@ -11,7 +11,7 @@ from .attention.rope import RopeShifter
 from .attention.splice import ProbeDone, SpliceCache, splice_mask
 from .decode import dtype_device
 from .kv.assemble import Placed, assemble
-from .kv.cache import cache_from_chunks, empty_cache
+from .kv.cache import cache_from_chunks, empty_cache, layer_kv
 from .kv.planner import ReusePlan
 from .kv.recompute import RecomputeContext
 from .kv.store import ChunkKV
@@ -151,15 +151,16 @@ class ReuseRunner:
         """K/V deviation at ``layer`` of each shifted position: run layers ``0..layer`` over
         every non-exact position, compare with the injected K/V, then restore the cache."""
         positions = torch.arange(exact_tokens, filled.numel())
-        saved = [(lay.keys.clone(), lay.values.clone()) for lay in cache.layers[:layer]]
+        saved = [tuple(t.clone() for t in layer_kv(cache, i)) for i in range(layer)]
         self._forward(cache, ids, positions, probe_layer=layer)
-        for lay, (k, v) in zip(cache.layers, saved, strict=False):
-            lay.keys.copy_(k)
-            lay.values.copy_(v)
+        for i, (k, v) in enumerate(saved):
+            keys, values = layer_kv(cache, i)
+            keys.copy_(k)
+            values.copy_(v)
         assert cache.probed is not None
         fresh_k, fresh_v = cache.probed
-        lay = cache.layers[layer]
+        keys, values = layer_kv(cache, layer)
         sel = filled[exact_tokens:]
-        dk = (fresh_k[0] - lay.keys[0, :, exact_tokens:]).float().norm(dim=(0, 2))
-        dv = (fresh_v[0] - lay.values[0, :, exact_tokens:]).float().norm(dim=(0, 2))
+        dk = (fresh_k[0] - keys[0, :, exact_tokens:]).float().norm(dim=(0, 2))
+        dv = (fresh_v[0] - values[0, :, exact_tokens:]).float().norm(dim=(0, 2))
         return (dk + dv)[sel]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, cast, get_args
 
 from torch import nn
 from transformers import PreTrainedConfig
@@ -247,7 +247,7 @@ def _guess(model: nn.Module, config: PreTrainedConfig) -> ModelProfile:
 def _has_position_embedding(model: nn.Module, config: PreTrainedConfig) -> bool:
     sizes = {getattr(config, k, None) for k in ("max_position_embeddings", "n_positions")} - {None}
     token_embedding = (
-        model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        cast(Any, model).get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     )
     return any(
         isinstance(m, nn.Embedding) and m is not token_embedding and m.num_embeddings in sizes

@@ -188,7 +188,7 @@ def _check_rope_types(name: str, rope_parameters: Mapping[str, object], sets: li
     for rope_set in sets:
         params = rope_parameters if rope_set == SHARED_ROPE else rope_parameters.get(rope_set)
         rope_type = params.get("rope_type") if isinstance(params, Mapping) else None
-        if rope_type not in ROPE_TYPES:
+        if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
             raise NotShiftable(f"{name}: unknown rope_type {rope_type!r} for RoPE set {rope_set!r}")
         reason = ROPE_TYPES[rope_type]
         if reason is not None:

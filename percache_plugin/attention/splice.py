@@ -55,10 +55,13 @@ class SpliceLayer(DynamicLayer):
         if self._state.probe_layer == self._index:
             self._state.probed = (key_states.detach().clone(), value_states.detach().clone())
             raise ProbeDone
-        pos = pos.to(self.keys.device)
-        self.keys.index_copy_(-2, pos, key_states.to(self.keys.dtype))
-        self.values.index_copy_(-2, pos, value_states.to(self.values.dtype))
-        return self.keys, self.values
+        keys, values = self.keys, self.values
+        if keys is None or values is None:
+            raise RuntimeError(f"splice layer {self._index} was never filled")
+        pos = pos.to(keys.device)
+        keys.index_copy_(-2, pos, key_states.to(keys.dtype))
+        values.index_copy_(-2, pos, value_states.to(values.dtype))
+        return keys, values
 
 
 class SpliceCache(Cache):
@@ -71,7 +74,8 @@ class SpliceCache(Cache):
     def __init__(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
         self._state = _SpliceState()
         layers = [SpliceLayer(self._state, i) for i in range(len(keys))]
-        super().__init__(layers=layers)
+        all_layers: list[Any] = list(layers)  # Cache's list type is invariant
+        super().__init__(layers=all_layers)
         for layer, k, v in zip(layers, keys, values, strict=True):
             layer.update(k, v)  # the first update of an empty layer holds exactly (k, v)
 

@@ -19,41 +19,43 @@ switched on and off (:mod:`percache_plugin.bench.e2e_methods`).
 
 Outputs in ``--out``: ``results.json``, ``results.md`` and four plots (see :data:`PLOTS`).
 """
-
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import json
 import math
-import re
-import tempfile
 import time
-import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..config import Config, ConfigError
+from ..config import Config
 from ..rag.embeddings import Embedder, load_embedder
-from ..rag.qmsum import Meeting, iter_series, meeting_text
 from .common import DEFAULT_QMSUM, markdown_table, require_qmsum
 from .e2e_methods import (
-    PREDICTION_PAIRS,
     REFERENCE_METHOD,
     SMOKE_METHODS,
     SWEEP_METHOD,
-    Method,
-    MethodUnavailable,
-    method_config,
     select_methods,
 )
+from .e2e_replay import (
+    BENCH_CONFIG,
+    Background,
+    QueryRecord,
+    ReplayContext,
+    RunResult,
+    replay,
+    summarize,
+)
+from .e2e_report import PLOTS, SUMMARY_HEADER, summary_row
+from .e2e_report import clean as _clean
+from .e2e_report import markdown_report as _markdown
+from .e2e_report import write_plots as _plots
+from .e2e_users import MemoEmbedder, Question, User, select_users
 from .metrics import rouge_l
 
 __all__ = [
@@ -79,365 +81,9 @@ __all__ = [
 
 DEFAULT_TAUS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9, 0.95)
 SMOKE_MAX_NEW_TOKENS = 16  # background answers and predictions scale with it: keeps CI < 3 min
-PLOTS: Mapping[str, str] = {
-    "per_query_latency": "fig11_latency_per_query.png",
-    "mean_latency": "fig14_mean_latency.png",
-    "hit_rates": "fig16b_hit_rates.png",
-    "tau_sweep": "fig19_tau_sweep.png",
-}
-_CORPORA = ("AMI", "ICSI", "committee")
-BENCH_CONFIG: Mapping[str, Any] = {"prediction_quiet_s": 0.0}
-"""Settings of every method (where the engine has them): an idle phase stands for a quiet
-period that has passed. Background answers are as long as foreground ones
-(``background_max_new_tokens`` = ``--max-new-tokens``), so QA-bank answers compare fairly."""
 Loader = Callable[[], tuple[Any, Any]]
 
 
-# -- users ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Question:
-    text: str
-    answer: str
-    meeting: str
-
-
-@dataclass(frozen=True)
-class User:
-    """One replayed user: a meeting series' meetings (documents) and questions, in order."""
-
-    id: str
-    corpus: str
-    meetings: tuple[Meeting, ...]
-    questions: tuple[Question, ...]
-
-
-def corpus_of(series: str) -> str:
-    """``AMI`` (``ES2002``), ``ICSI`` (``Bed``) or ``committee`` (``covid``)."""
-    if re.fullmatch(r"[A-Z]{2}\d{4}", series):
-        return "AMI"
-    if re.fullmatch(r"B[a-z]{2}", series):
-        return "ICSI"
-    return "committee"
-
-
-def _user(series: str, meetings: Sequence[Meeting], n_queries: int) -> User:
-    qs = [Question(q.text, q.answer, m.id) for m in meetings for q in m.queries
-          if q.kind == "specific"]
-    return User(series, corpus_of(series), tuple(meetings), tuple(qs[:n_queries]))
-
-
-def select_users(root: Path, n_users: int, n_queries: int, *, max_meetings: int,
-                 series: Sequence[str] | None = None) -> list[User]:
-    """Users with at least ``n_queries`` specific questions in their first ``max_meetings``
-    meetings; the default choice alternates AMI, ICSI and committee series (each in id order),
-    ``series`` names them instead. Raises ValueError when none qualifies or a name is unknown."""
-    if n_users < 1 or n_queries < 1 or max_meetings < 1:
-        raise ValueError("--users, --queries and --max-meetings must be at least 1")
-    all_series = {s: ms[:max_meetings] for s, ms in iter_series(root)}
-    if series:
-        unknown = [s for s in series if s not in all_series]
-        if unknown:
-            raise ValueError(f"unknown series {unknown}; known: {sorted(all_series)}")
-        return [_user(s, all_series[s], n_queries) for s in series[:n_users]]
-    by_corpus: dict[str, list[User]] = {c: [] for c in _CORPORA}
-    for s, ms in all_series.items():
-        user = _user(s, ms, n_queries)
-        if len(user.questions) >= n_queries:
-            by_corpus[user.corpus].append(user)
-    users: list[User] = []
-    while len(users) < n_users and any(by_corpus.values()):
-        for corpus in _CORPORA:
-            if by_corpus[corpus] and len(users) < n_users:
-                users.append(by_corpus[corpus].pop(0))
-    if not users:
-        raise ValueError(f"no QMSum series under {root} has {n_queries} specific questions in its "
-                         f"first {max_meetings} meetings (lower --queries or raise --max-meetings)")
-    return users
-
-
-# -- embedder -------------------------------------------------------------------------------
-class MemoEmbedder:
-    """Wraps an embedder; inside :meth:`caching` it remembers vectors by text.
-
-    Every method of a user adds the same documents: their chunks are embedded once, not once
-    per method (document arrival is untimed anyway). Questions are always embedded afresh, so
-    no method's timed lookups profit from another's work."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self._inner = inner
-        self._memo: dict[str, np.ndarray] = {}
-        self._caching = False
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def dim(self) -> int:
-        return self._inner.dim
-
-    @contextlib.contextmanager
-    def caching(self) -> Iterator[None]:
-        self._caching = True
-        try:
-            yield
-        finally:
-            self._caching = False
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if not self._caching:
-            return self._inner.embed(texts)
-        missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
-        if missing:
-            for text, vec in zip(missing, self._inner.embed(missing), strict=True):
-                self._memo[text] = vec
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self._memo[t] for t in texts]).astype(np.float32)
-
-
-# -- one replay -----------------------------------------------------------------------------
-@dataclass
-class QueryRecord:
-    """One question asked: what answered it, how fast, what it cost, how good it was."""
-
-    index: int
-    question: str
-    meeting: str
-    source: str
-    latency_s: float
-    ttft_s: float
-    prompt_tokens: int = 0
-    tokens_reused: int = 0
-    tokens_shifted: int = 0
-    tokens_computed: int = 0
-    new_tokens: int = 0
-    similarity: float | None = None
-    matched_question: str | None = None
-    answer: str = ""
-    reference: str = ""
-    rouge_l_ref: float = 0.0
-    rouge_l_naive: float | None = None
-
-
-@dataclass
-class Background:
-    """Work done outside the user's wait: idle phases and prediction calls."""
-
-    idle_calls: int = 0
-    predict_calls: int = 0
-    tasks_run: int = 0
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-    flops: float = 0.0
-    predicted: int = 0
-    seconds: float = 0.0
-    by_kind: dict[str, int] = field(default_factory=dict)
-
-    def add(self, report: object, seconds: float) -> None:
-        """Add an :class:`~percache_plugin.idle.IdleReport` (or anything with its counters)."""
-        self.seconds += seconds
-        self.tasks_run += int(getattr(report, "tasks_run", 0) or 0)
-        self.prefill_tokens += int(getattr(report, "prefill_tokens", 0) or 0)
-        self.decode_tokens += int(getattr(report, "decode_tokens", 0) or 0)
-        self.flops += float(getattr(report, "flops", 0.0) or 0.0)
-        self.predicted += len(getattr(report, "predicted", None) or ())
-        for kind, n in (getattr(report, "by_kind", None) or {}).items():
-            self.by_kind[str(kind)] = self.by_kind.get(str(kind), 0) + int(n)
-
-
-@dataclass
-class RunResult:
-    """One user replayed with one method (``status`` ``skipped``/``failed`` carry a reason)."""
-
-    user: str
-    method: str
-    label: str
-    status: Literal["ok", "skipped", "failed"]
-    reason: str = ""
-    tau: float | None = None
-    queries: list[QueryRecord] = field(default_factory=list)
-    background: Background = field(default_factory=Background)
-    kv_bytes: int = 0
-    qa_bytes: int = 0
-    qa_entries: int = 0
-    qa_predicted_entries: int = 0
-    documents_s: float = 0.0
-    wall_s: float = 0.0
-    summary: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ReplayContext:
-    model: Any
-    tokenizer: Any
-    embedder: MemoEmbedder
-    max_new_tokens: int
-    idle_budget_s: float | None = None
-    knowledge_rounds: int = 2
-    common: Mapping[str, Any] = field(default_factory=dict)
-    config: Mapping[str, Any] = field(default_factory=dict)
-    progress: bool = True
-
-
-def _record(i: int, q: Question, ans: Any, naive: Sequence[str] | None) -> QueryRecord:
-    st = ans.stats
-    rec = QueryRecord(
-        i, q.text, q.meeting, ans.source, ans.latency_s,
-        st.ttft_s if st is not None else ans.latency_s,
-        similarity=ans.similarity, matched_question=ans.matched_question, answer=ans.text,
-        reference=q.answer, rouge_l_ref=rouge_l(ans.text, q.answer),
-        rouge_l_naive=rouge_l(ans.text, naive[i]) if naive is not None and i < len(naive) else None,
-    )
-    if st is not None:
-        rec.prompt_tokens, rec.tokens_reused = st.prompt_tokens, st.tokens_reused
-        rec.tokens_shifted, rec.tokens_computed = st.tokens_shifted, st.tokens_computed
-        rec.new_tokens = st.new_tokens
-    return rec
-
-
-def _idle(pc: Any, ctx: ReplayContext, bg: Background) -> None:
-    t0 = time.perf_counter()
-    report = pc.idle(budget_s=ctx.idle_budget_s)
-    bg.idle_calls += 1
-    bg.add(report, time.perf_counter() - t0)
-
-
-def _predict(pc: Any, bg: Background, kind: str, scope: str, *, done: int | None = None,
-             **kwargs: Any) -> bool:
-    """Ask for a ``kind`` prediction unless the engine's own triggers already queued one or
-    ran ``done`` of them (new documents and questions trigger predictions by themselves; a
-    manual call on top would predict twice). Returns whether it called ``pc.predict``."""
-    task = f"predict_{kind}"
-    if done is not None and bg.by_kind.get(task, 0) >= done:
-        return False
-    if any(t.kind == task for t in pc.idle_queue.pending()):
-        return False
-    t0 = time.perf_counter()
-    report = pc.predict(kind, scope=scope, **kwargs)
-    bg.predict_calls += 1
-    bg.add(report, time.perf_counter() - t0)
-    return True
-
-
-def _drive(pc: Any, ctx: ReplayContext, user: User, method: Method, result: RunResult,
-           naive: Sequence[str] | None) -> None:
-    bg = result.background
-    for m in user.meetings:
-        t0 = time.perf_counter()
-        with ctx.embedder.caching():
-            pc.add_documents({"text": meeting_text(m), "id": m.id, "metadata": {"meeting": m.id}},
-                             scope=user.id)
-        result.documents_s += time.perf_counter() - t0
-        if method.idle:
-            _idle(pc, ctx, bg)
-    if method.predicts and _predict(pc, bg, "knowledge", user.id, done=ctx.knowledge_rounds,
-                                    rounds=ctx.knowledge_rounds):
-        _idle(pc, ctx, bg)
-    bar = tqdm(user.questions, desc=f"  {user.id} {method.name}", leave=False,
-               disable=not ctx.progress, unit="q")
-    for i, q in enumerate(bar):
-        ans = pc.ask(q.text, scope=user.id, max_new_tokens=ctx.max_new_tokens)
-        result.queries.append(_record(i, q, ans, naive))
-        if method.predicts:
-            _predict(pc, bg, "history", user.id)
-        if method.idle:
-            _idle(pc, ctx, bg)
-    result.kv_bytes = int(pc.store.total_bytes())
-    result.qa_bytes = int(pc.qa_bank.total_bytes())
-    entries = pc.qa_bank.entries()
-    result.qa_entries = len(entries)
-    result.qa_predicted_entries = sum(e.origin == "predicted" for e in entries)
-
-
-def replay(ctx: ReplayContext, user: User, method: Method, *, naive: Sequence[str] | None = None,
-           tau: float | None = None) -> RunResult:
-    """Replay ``user`` with ``method`` on a fresh temporary store. A method this engine cannot
-    run (a Config key or ``PerCache.predict`` missing) is skipped at set-up; an error during
-    the replay is recorded as ``failed`` with its traceback, so one run cannot sink the rest."""
-    from ..handle import enable
-
-    t0 = time.perf_counter()
-    result = RunResult(user.id, method.name, method.label, "ok", tau=tau)
-    overrides = dict(ctx.config)
-    if tau is not None:
-        overrides["similarity_threshold"] = tau
-    try:
-        cfg = method_config(method, overrides, common=ctx.common)
-    except MethodUnavailable as exc:
-        return dataclasses.replace(result, status="skipped", reason=str(exc))
-    with tempfile.TemporaryDirectory(prefix="percache-e2e-") as tmp:
-        try:
-            pc = enable(ctx.model, ctx.tokenizer, store=tmp, embedder=ctx.embedder, **cfg)
-        except ConfigError as exc:
-            return dataclasses.replace(result, status="skipped", reason=f"Config: {exc}")
-        try:
-            if method.predicts and not callable(getattr(pc, "predict", None)):
-                result.status, result.reason = "skipped", "this engine has no PerCache.predict()"
-            else:
-                _drive(pc, ctx, user, method, result, naive)
-        except Exception as exc:  # noqa: BLE001 - recorded, the benchmark goes on
-            result.status = "failed"
-            result.reason = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
-        finally:
-            pc.disable()
-    result.wall_s = time.perf_counter() - t0
-    if result.status == "ok":
-        result.summary = summarize([result])
-    return result
-
-
-# -- summaries ------------------------------------------------------------------------------
-def _stat(xs: Sequence[float], q: float | None = None) -> float | None:
-    if not xs:
-        return None
-    return float(np.mean(xs)) if q is None else float(np.percentile(xs, q))
-
-
-def summarize(runs: Sequence[RunResult]) -> dict[str, Any]:
-    """Pooled figures over the questions of ``runs`` (one user, or all users of a method)."""
-    recs = [r for run in runs for r in run.queries]
-    gen = [r for r in recs if r.source != "qa_bank"]
-    lat = [r.latency_s for r in recs]
-    ttft = [r.ttft_s for r in recs]
-    prompt = sum(r.prompt_tokens for r in gen)
-    naive = [r.rouge_l_naive for r in recs if r.rouge_l_naive is not None]
-    bg = [run.background for run in runs]
-    fg_prefill = sum(r.tokens_computed for r in gen)
-    fg_decode = sum(r.new_tokens for r in gen)
-    return {
-        "users": len(runs),
-        "queries": len(recs),
-        "latency_mean_s": _stat(lat),
-        "latency_p50_s": _stat(lat, 50),
-        "latency_p95_s": _stat(lat, 95),
-        "ttft_mean_s": _stat(ttft),
-        "ttft_p50_s": _stat(ttft, 50),
-        "ttft_p95_s": _stat(ttft, 95),
-        "qa_hit_rate": (len(recs) - len(gen)) / len(recs) if recs else None,
-        "kv_hit_ratio": sum(r.tokens_reused + r.tokens_shifted for r in gen) / prompt if prompt else 0.0,
-        "kv_exact_ratio": sum(r.tokens_reused for r in gen) / prompt if prompt else 0.0,
-        "kv_shifted_ratio": sum(r.tokens_shifted for r in gen) / prompt if prompt else 0.0,
-        "rouge_l_ref": _stat([r.rouge_l_ref for r in recs]),
-        "rouge_l_naive": _stat(naive),
-        "fg_prefill_tokens": fg_prefill,
-        "fg_decode_tokens": fg_decode,
-        "fg_tokens": fg_prefill + fg_decode,
-        "fg_tokens_per_query": (fg_prefill + fg_decode) / len(recs) if recs else None,
-        "bg_prefill_tokens": sum(b.prefill_tokens for b in bg),
-        "bg_decode_tokens": sum(b.decode_tokens for b in bg),
-        "bg_tasks": sum(b.tasks_run for b in bg),
-        "bg_seconds": sum(b.seconds for b in bg),
-        "kv_bytes": sum(run.kv_bytes for run in runs),
-        "qa_bytes": sum(run.qa_bytes for run in runs),
-        "stored_bytes": sum(run.kv_bytes + run.qa_bytes for run in runs),
-        "qa_entries": sum(run.qa_entries for run in runs),
-        "qa_predicted_entries": sum(run.qa_predicted_entries for run in runs),
-        "wall_s": sum(run.wall_s for run in runs),
-    }
-
-
-# -- settings and the whole benchmark ---------------------------------------------------------
 @dataclass
 class E2ESettings:
     """Everything a run depends on (the CLI flags, resolved)."""
@@ -457,124 +103,6 @@ class E2ESettings:
     out: Path = Path("bench-out/e2e")
     smoke: bool = False
     progress: bool = True
-
-
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def _fmt(x: Any, spec: str = ".2f") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    return format(x, spec)
-
-
-_HEADER = ["method", "users", "queries", "latency mean s", "p50", "p95", "TTFT mean s", "p50",
-           "p95", "QA hit", "K/V hit", "ROUGE-L ref", "ROUGE-L vs naive", "fg prefill tok",
-           "fg decode tok", "bg prefill tok", "bg decode tok", "stored"]
-
-
-def _row(name: str, s: Mapping[str, Any]) -> list[str]:
-    return [name, str(s["users"]), str(s["queries"]), _fmt(s["latency_mean_s"]),
-            _fmt(s["latency_p50_s"]), _fmt(s["latency_p95_s"]), _fmt(s["ttft_mean_s"]),
-            _fmt(s["ttft_p50_s"]), _fmt(s["ttft_p95_s"]), _fmt(s["qa_hit_rate"], ".0%"),
-            _fmt(s["kv_hit_ratio"], ".0%"), _fmt(s["rouge_l_ref"], ".3f"),
-            _fmt(s["rouge_l_naive"], ".3f"), str(s["fg_prefill_tokens"]),
-            str(s["fg_decode_tokens"]), str(s["bg_prefill_tokens"]), str(s["bg_decode_tokens"]),
-            _bytes(s["stored_bytes"])]
-
-
-def _user_row(run: Mapping[str, Any]) -> list[str]:
-    row = _row(run["label"], run["summary"])
-    return [run["user"], row[0], *row[2:]]  # the users column is always 1 here
-
-
-def _markdown(payload: Mapping[str, Any]) -> str:
-    st = payload["settings"]
-    lines = [
-        "# percache bench e2e", "",
-        f"Model: {payload['model']}; embedder: {payload['embedder']}; users: "
-        f"{', '.join(u['id'] for u in payload['users'])}; {st['queries']} questions per user; "
-        f"max_new_tokens={st['max_new_tokens']}; wall time {payload['wall_s'] / 60:.1f} min.", "",
-        "Latency and TTFT in seconds (wall clock, noisy); fg = tokens computed while the user "
-        "waited (deterministic cost proxy), bg = idle-time tokens; K/V hit = reused tokens / "
-        "prompt tokens of generated answers.", "",
-        "## All users", "",
-        markdown_table(_HEADER, [_row(s["label"], s) for s in payload["summary"].values()]), "",
-        "## Per user", "",
-        markdown_table(["user", _HEADER[0], *_HEADER[2:]],
-                       [_user_row(r) for r in payload["runs"] if r["status"] == "ok"]),
-    ]
-    if payload["tau_sweep"]:
-        lines += ["", f"## Threshold sweep ({st['sweep_method']}, user {payload['users'][0]['id']})",
-                  "", markdown_table(
-                      ["tau", "latency mean s", "QA hit", "ROUGE-L ref", "ROUGE-L vs naive", "note"],
-                      [[_fmt(p["tau"]), _fmt(p["latency_mean_s"]), _fmt(p["qa_hit_rate"], ".0%"),
-                        _fmt(p["rouge_l_ref"], ".3f"), _fmt(p["rouge_l_naive"], ".3f"),
-                        p.get("note", "")] for p in payload["tau_sweep"]])]
-    other = [r for r in payload["runs"] + payload["tau_sweep_runs"] if r["status"] != "ok"]
-    if other:
-        lines += ["", "## Not run", ""]
-        lines += [f"- {r['user']} / {r['method']}: {r['status']}: "
-                  f"{r['reason'].splitlines()[0] if r['reason'] else ''}" for r in other]
-    if payload["plots"]:
-        lines += ["", "## Plots", ""] + [f"![{k}]({v})" for k, v in payload["plots"].items()]
-    return "\n".join(lines) + "\n"
-
-
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN and inf become None."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
-def _plots(out: Path, users: Sequence[str], methods: Sequence[Method], runs: Sequence[RunResult],
-           summary: Mapping[str, Mapping[str, Any]], sweep: Sequence[Mapping[str, Any]],
-           sweep_method: str) -> dict[str, str]:
-    from . import plots  # matplotlib (the "bench" extra) only when plotting
-
-    ok = {(r.user, r.method): r for r in runs if r.status == "ok"}
-    label = {m.name: m.label for m in methods}
-    written: dict[str, str] = {}
-    first = users[0]
-    series = {label[m.name]: [(q.latency_s, q.ttft_s, q.source == "qa_bank")
-                              for q in ok[first, m.name].queries]
-              for m in methods if (first, m.name) in ok}
-    if series:
-        written["per_query_latency"] = plots.per_query_latency(
-            series, first, out / PLOTS["per_query_latency"]).name
-    table = {u: {label[m.name]: ok[u, m.name].summary for m in methods if (u, m.name) in ok}
-             for u in users}
-    table["all"] = {label[m]: s for m, s in summary.items()}
-    if table["all"]:
-        written["mean_latency"] = plots.mean_latency(table, out / PLOTS["mean_latency"]).name
-    pairs: list[tuple[str, Any, Any]] = [
-        (name, summary.get(a), summary.get(b)) for name, a, b in PREDICTION_PAIRS
-        if a in summary or b in summary]
-    if not pairs:  # no pair member ran: each method on its own, on its side
-        pairs = [(label[m.name], None if m.predicts else summary[m.name],
-                  summary[m.name] if m.predicts else None) for m in methods if m.name in summary]
-    if pairs:
-        written["hit_rates"] = plots.hit_rates(pairs, out / PLOTS["hit_rates"]).name
-    if sweep:
-        cutoff = getattr(Config(), "population_cutoff", None)
-        default_tau = next((float(p["tau"]) for p in sweep
-                            if str(p.get("note", "")).startswith("main run")),
-                           Config().similarity_threshold)
-        written["tau_sweep"] = plots.tau_sweep(sweep, out / PLOTS["tau_sweep"],
-                                               method=sweep_method, user=first,
-                                               cutoff=cutoff, default_tau=default_tau).name
-    return written
 
 
 def _sweep(ctx: ReplayContext, settings: E2ESettings, user: User, runs: Sequence[RunResult],
@@ -638,7 +166,8 @@ def run_benchmark(settings: E2ESettings, *, load_model: Loader,
                         q.rouge_l_naive = rouge_l(q.answer, q.answer)
                     result.summary = summarize([result])
                 bar.update(1)
-        sweep, sweep_runs = ([], [])
+        sweep: list[Any] = []
+        sweep_runs: list[Any] = []
         if n_sweep:
             sweep, sweep_runs = _sweep(ctx, settings, users[0], runs,
                                        naive_by_user.get(users[0].id), bar)
@@ -790,7 +319,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = settings_from_args(args)
     payload = run_benchmark(settings, load_model=load_smollm2, embedder=None,
                             model_name="SmolLM2-135M-Instruct (GGUF Q4_1, fp32)")
-    print(markdown_table(_HEADER, [_row(s["label"], s) for s in payload["summary"].values()]))
+    print(markdown_table(SUMMARY_HEADER, [summary_row(s["label"], s) for s in payload["summary"].values()]))
     for r in payload["runs"]:
         if r["status"] != "ok":
             print(f"{r['user']} / {r['method']}: {r['status']}: {r['reason'].splitlines()[0]}")

@@ -56,7 +56,8 @@ def per_query_latency(series: Mapping[str, Sequence[tuple[float, float, bool]]],
             ax.plot(xs, ys, marker=_MARKERS[i % len(_MARKERS)], label=label, linewidth=1.2)
             hits = [(x, y) for x, y, p in zip(xs, ys, points, strict=True) if p[2]]
             if hits:
-                ax.scatter(*zip(*hits, strict=True), s=140, facecolors="none",
+                hx, hy = zip(*hits, strict=True)
+                ax.scatter(hx, hy, s=140, facecolors="none",
                            edgecolors="black", linewidths=1.0, zorder=5)
         ax.set_yscale("log")
         plain_log_axis(ax.yaxis)
@@ -122,7 +123,7 @@ def hit_rates(pairs: Sequence[tuple[str, Mapping[str, float] | None, Mapping[str
         for j, (side, name) in enumerate(((1, "without prediction"), (2, "with prediction"))):
             bx = [x + (j - 0.5) * 0.38 for x in xs]
             values = [p[side] for p in pairs]
-            ys = [float((v or {}).get(key) or 0.0) for v in values]
+            ys = [float(v.get(key) or 0.0) if isinstance(v, Mapping) else 0.0 for v in values]
             ax.bar(bx, ys, 0.38, label=name, color=f"C{j}")
             for x, y, v in zip(bx, ys, values, strict=True):
                 ax.text(x, y + 0.01, "n/a" if v is None else f"{y:.0%}", ha="center",

@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fill_embed_s = time.perf_counter() - t0
     rng = np.random.default_rng(1)
     n_reworded = args.lookups - len(fresh)
-    probes = [(_text(t, s, reworded=True), i) for i, (t, s) in enumerate(stored[:n_reworded])]
+    probes: list[tuple[str, int | None]] = [(_text(t, s, reworded=True), i) for i, (t, s) in enumerate(stored[:n_reworded])]
     probes += [(_text(t, s), None) for t, s in fresh]
     scope_of = [f"user-{(target or 0) % args.scopes}" for _, target in probes]
     with tempfile.TemporaryDirectory(prefix="percache-bench-qa-") as tmp:

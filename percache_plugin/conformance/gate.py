@@ -55,7 +55,7 @@ def shift_limitation(model: nn.Module, profile: ModelProfile | None) -> str:
         return f"{name}: no rotary module with an inv_freq buffer ({resolved.notes or 'RoPE table'})"
     for key, params in _rope_sets(text_config(model)).items():
         rope_type = params.get("rope_type")
-        if rope_type not in ROPE_TYPES:
+        if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
             return f"{name}: unknown rope_type {rope_type!r} for RoPE set {key!r}"
         reason = ROPE_TYPES[rope_type]
         if reason is not None:

@@ -39,7 +39,7 @@ def _judge(want: Generation, runs: Sequence[tuple[str, Generation]], dtype: torc
             problems.append(problem)
     figure = f"max|dlogits|={worst:.3g}; reused {last.stats.tokens_reused}/{last.stats.prompt_tokens}"
     figure += extra
-    details = {"tolerance": tol, "tokens_reused": last.stats.tokens_reused,
+    details: dict[str, Any] = {"tolerance": tol, "tokens_reused": last.stats.tokens_reused,
                "prompt_tokens": last.stats.prompt_tokens, "dtype": str(dtype).removeprefix("torch.")}
     if problems:
         return failed("; ".join(problems), figure, worst, **details)

@@ -9,6 +9,7 @@ from transformers import DynamicCache
 
 from ..attention.profile import NO_ROPE, resolve_profile
 from ..handle import PerCache
+from ..kv.cache import layer_kv
 from ..stats import GenerationStats
 from .gate import build_shifter, shift_gate, suite_profile
 from .result import Outcome, failed, not_applicable, passed
@@ -40,7 +41,7 @@ def _rope_keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor) -> 
     with torch.inference_mode():
         model(input_ids=ids[None], position_ids=positions[None], past_key_values=cache,
               use_cache=True)
-    return [layer.keys[0].float() for layer in cache.layers]
+    return [layer_kv(cache, i)[0][0].float() for i in range(len(cache.layers))]
 
 
 def _rel_errors(got: list[torch.Tensor], want: list[torch.Tensor]) -> list[float]:

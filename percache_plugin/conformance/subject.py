@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..attention.hf_private import attn_implementation
+from ..decode import context_limit
 from ..handle import PerCache, enable
 from ..stats import Generation
 
@@ -116,12 +117,7 @@ class Subject:
     @property
     def context(self) -> int | None:
         """The model's context length, if its config says."""
-        cfg = self.model.config.get_text_config(decoder=True)
-        for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            value = getattr(cfg, attr, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
+        return context_limit(self.model)
 
     def too_long(self, pc: PerCache, segments: Sequence[str], new_tokens: int) -> str:
         """Why ``segments`` plus ``new_tokens`` do not fit the model's context ("" if they do)."""

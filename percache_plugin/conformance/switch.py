@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -37,7 +37,7 @@ class _LayerCounter:
 
 def attention_layers(model: nn.Module) -> list[int]:
     """Layer indices of the model's attention modules (all decoder layers if none say)."""
-    found = {int(m.layer_idx) for m in model.modules()
+    found = {int(cast(Any, m).layer_idx) for m in model.modules()
              if "Attention" in type(m).__name__ and isinstance(getattr(m, "layer_idx", None), int)}
     return sorted(found) or list(range(int(text_config(model).num_hidden_layers)))
 

@@ -96,13 +96,13 @@ class Hooks:
         )
         if out is None:
             raise RuntimeError("no plugin computed attention (was DefaultAttention unregistered?)")
-        return out  # type: ignore[no-any-return]
+        return out
 
     def build_prompt(self, ctx: EngineContext, segments: list[Segment]) -> Prompt:
         prompt = self._hook.percache_build_prompt(ctx=ctx, segments=segments)
         if prompt is None:
             raise RuntimeError("no plugin built the prompt (was PromptBuilder unregistered?)")
-        return prompt  # type: ignore[no-any-return]
+        return prompt
 
     def plan_reuse(self, ctx: EngineContext, prompt: Prompt) -> ReusePlan:
         from ..kv.planner import ReusePlan
@@ -111,7 +111,7 @@ class Hooks:
         return plan if plan is not None else ReusePlan(note="no planner answered")
 
     def load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
-        return self._hook.percache_load_chunk(ctx=ctx, key=key, token_ids=token_ids)  # type: ignore[no-any-return]
+        return self._hook.percache_load_chunk(ctx=ctx, key=key, token_ids=token_ids)
 
     def select_recompute(
         self, ctx: EngineContext, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
@@ -148,7 +148,7 @@ class Hooks:
 
     def qa_lookup(self, ctx: AssistantContext, query: Query, scope: str | None,
                   retrieved: Sequence[str]) -> LookupResult | None:
-        return self._hook.percache_qa_lookup(  # type: ignore[no-any-return]
+        return self._hook.percache_qa_lookup(
             ctx=ctx, query=query, scope=scope, retrieved=retrieved)
 
     def qa_store(self, ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,

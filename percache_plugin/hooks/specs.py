@@ -45,7 +45,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec(firstresult=True)
-def percache_attention(
+def percache_attention(  # type: ignore[empty-body]  # a specification: plugins implement it
     ctx: EngineContext,
     module: torch.nn.Module,
     query: torch.Tensor,

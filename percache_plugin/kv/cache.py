@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import DynamicCache
+from transformers import Cache, DynamicCache
 
 from .store import ChunkKV
 
-__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache"]
+__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache", "layer_kv"]
 
 
 def empty_cache() -> DynamicCache:
@@ -32,14 +32,24 @@ def cache_from_chunks(chunks: Sequence[ChunkKV], dtype: torch.dtype, device: tor
     return cache
 
 
-def slice_chunk(cache: DynamicCache, start: int, end: int) -> ChunkKV:
+def layer_kv(cache: Cache, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values ``[batch, kv_heads, T, head_dim]`` of layer ``index`` of a dynamic
+    cache (``DynamicLayer.keys``/``values``, public attributes)."""
+    layer = cache.layers[index]
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+        raise ValueError(f"cache layer {index} ({type(layer).__name__}) holds no keys and values")
+    return keys, values
+
+
+def slice_chunk(cache: Cache, start: int, end: int) -> ChunkKV:
     """Copy positions ``[start, end)`` of every layer (batch row 0) out of a cache."""
     keys, values = [], []
-    for layer in cache.layers:
-        k, v = layer.keys, layer.values
-        if k is None or k.shape[-2] < end:
+    for i in range(len(cache.layers)):
+        k, v = layer_kv(cache, i)
+        if k.shape[-2] < end:
             raise ValueError(
-                f"cache layer holds {0 if k is None else k.shape[-2]} positions, need {end}: "
+                f"cache layer holds {k.shape[-2]} positions, need {end}: "
                 "was it built with a sliding-window config?"
             )
         keys.append(k[0, :, start:end].contiguous().clone())
