@@ -90,8 +90,12 @@ model, so near misses below the serving threshold or refused by a guard are safe
 
 
 def qa_drafts(a: Assistant, query: Query, scope: str | None, k: int = 3) -> DraftHints:
-    """The stored answers of the ``k`` questions of ``scope`` most similar to ``query``."""
-    matches = a.qa_bank.similar(query.text, tau=QA_DRAFT_SIMILARITY, scope=scope,
+    """The stored answers of the ``k`` questions of ``scope`` most similar to ``query`` (none
+    when the built-in QA bank plugin was replaced)."""
+    bank = a.builtin_qa_bank()
+    if bank is None:
+        return DraftHints()
+    matches = bank.similar(query.text, tau=QA_DRAFT_SIMILARITY, scope=scope,
                                 embedding=query.embedding, k=k)
     answers = [m.entry.answer for m in matches if m.entry.answer]
     return DraftHints(texts={QA_BANK: answers}) if answers else DraftHints()
