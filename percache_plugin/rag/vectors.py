@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 __all__ = ["positive_int", "unit_rows"]
@@ -19,7 +21,7 @@ def unit_rows(array: object, dim: int, what: str) -> np.ndarray:
     for a wrong shape, NaN/inf or an all-zero row (cosine is undefined)."""
     rows = np.array(array, dtype=np.float32, ndmin=2)
     if rows.ndim != 2 or rows.shape[1] != dim:
-        raise ValueError(f"{what} must have shape [n, {dim}], got {np.shape(array)}")
+        raise ValueError(f"{what} must have shape [n, {dim}], got {np.shape(cast(Any, array))}")
     if not np.isfinite(rows).all():
         raise ValueError(f"{what} contain NaN or infinite values")
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
