@@ -8,7 +8,7 @@ from ..hooks.specs import hookimpl
 from .ram_tier import KVRamTier
 
 if TYPE_CHECKING:
-    from ..hooks.contexts import EngineContext
+    from ..hooks.contexts import AssistantContext, EngineContext
     from ..kv.store import ChunkKV
 
 __all__ = ["RamTierKV"]
@@ -39,6 +39,13 @@ class RamTierKV:
                 self.tier = None
             return None
         return self._tier(ctx).get(key, token_ids)
+
+    @hookimpl
+    def percache_close(self, ctx: AssistantContext) -> None:
+        """Free the tier's memory and stop listening to the store."""
+        if self.tier is not None:
+            self.tier.close()
+            self.tier = None
 
     def ram_tier_stats(self) -> dict[str, float]:
         """Hits, misses, bytes and hit ratio of the tier (empty before the first load)."""

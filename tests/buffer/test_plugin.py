@@ -24,8 +24,11 @@ def test_ram_tier_serves_repeated_requests_with_the_same_tokens(tmp_path: Path) 
     assert cold.token_ids == first.token_ids == again.token_ids
     assert again.stats.tokens_reused == first.stats.tokens_reused > 0
     assert pc.store.stats().bytes_loaded == loaded
-    stats = ram_plugin(pc).ram_tier_stats()
+    plugin = ram_plugin(pc)
+    stats = plugin.ram_tier_stats()
     assert stats["hits"] == first.stats.nodes_reused and stats["bytes"] > 0
+    pc.close()
+    assert plugin.tier is None
 
 
 def test_budget_zero_turns_the_tier_off(tmp_path: Path) -> None:
