@@ -27,6 +27,7 @@ from .attention.masks import (
 )
 from .attention.profile import ModelProfile
 from .attention.rope import NotShiftable, RopeShifter
+from .attention.rope_verify import verified_shifter
 from .attention.splice import SpliceCache
 from .config import Config, ConfigError, check_store_path
 from .core.capabilities import Capabilities
@@ -98,15 +99,16 @@ class Engine:
         use_template = self._template_choice(config)
         self.n_parameters = sum(p.numel() for p in model.parameters())
         self._reuse: ReuseRunner | None = None
-        self._switch: AttentionSwitch = install(model, self._relay)
-        self._enabled = True
-        self._closed = False
         self.recompute_strategies: Registry[RecomputeStrategy] = Registry("recompute strategy")
         self.hooks.register_recompute_strategies(self.recompute_strategies.register)
         self.model_profiles: Registry[ModelProfile] = Registry("model profile")
         self.hooks.register_model_profiles(self.model_profiles.register)
+        rope = self._rope()  # before install: a guessed RoPE layout is probed with a forward
+        self._switch: AttentionSwitch = install(model, self._relay)
+        self._enabled = True
+        self._closed = False
         self._check_recompute(config)
-        self.shifter, shift_reason = self._shifter()
+        self.shifter, shift_reason = self._shifter(rope)
         self.ctx = EngineContext(config, self.store, self._capabilities(shift_reason), self.hooks,
                                  self.fingerprint, tokenizer, use_template, self.recompute_strategies)
         self._reuse = ReuseRunner(model, self.ctx, self.shifter)
@@ -166,14 +168,22 @@ class Engine:
             return None
         return self.hooks.mask_function(self.ctx)
 
-    def _shifter(self) -> tuple[RopeShifter | None, str]:
-        if not self._switch.active:
-            return None, "needs the attention hook (splice masks): " + self._switch.reason
+    def _rope(self) -> tuple[RopeShifter | None, str]:
         try:
-            return RopeShifter.from_model(self.model, self.hooks.model_profile(self.model),
-                                          table=self.model_profiles), ""
+            return verified_shifter(self.model, self.hooks.model_profile(self.model),
+                                    table=self.model_profiles), ""
         except NotShiftable as exc:
             return None, exc.reason
+
+    def _shifter(self, rope: tuple[RopeShifter | None, str]) -> tuple[RopeShifter | None, str]:
+        if not self._switch.active:
+            return None, "needs the attention hook (splice masks): " + self._switch.reason
+        return rope
+
+    def _shifter(self, rope: tuple[RopeShifter | None, str]) -> tuple[RopeShifter | None, str]:
+        if not self._switch.active:
+            return None, "needs the attention hook (splice masks): " + self._switch.reason
+        return rope
 
     def _capabilities(self, shift_reason: str) -> Capabilities:
         reasons: dict[str, str] = {}

@@ -144,6 +144,12 @@ PROFILES: Mapping[str, ModelProfile] = MappingProxyType(
                 "full-attention layers apply no RoPE",
                 nope_layer_types=("full_attention",),
             ),
+            _rope(
+                "cohere2_moe",
+                "interleaved",
+                "full-attention layers apply no RoPE",
+                nope_layer_types=("full_attention",),
+            ),
             _rope("glm", "interleaved", "partial rotary, interleaved within the rotary dims"),
             _rope("helium", "interleaved"),
             _rope("falcon", notes="RoPE unless config.alibi"),

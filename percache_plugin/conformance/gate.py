@@ -15,6 +15,7 @@ from torch import nn
 
 from ..attention.profile import ModelProfile, resolve_profile, rotary_modules, text_config
 from ..attention.rope import ROPE_TYPES, NotShiftable, RopeShifter
+from ..attention.rope_verify import LayoutUnverified, verified_shifter
 from ..hooks.manager import Hooks, make_plugin_manager
 from .result import Outcome, failed, not_applicable
 from .subject import Subject
@@ -67,7 +68,9 @@ def build_shifter(model: nn.Module, profile: ModelProfile | None) -> RopeShifter
     """A shifter for ``model``, or the outcome to report: not applicable (a limitation) or
     failed (a profile that contradicts the model)."""
     try:
-        return RopeShifter.from_model(model, profile)
+        return verified_shifter(model, profile)
+    except LayoutUnverified as exc:  # measured: no layout reproduces the model's keys
+        return not_applicable(exc.reason)
     except NotShiftable as exc:
         limitation = shift_limitation(model, profile)
         if limitation:

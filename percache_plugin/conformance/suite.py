@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .result import FAIL, NA, CheckResult, Outcome, failed
+from .kinds import reuse_limitation
+from .result import FAIL, NA, CheckResult, Outcome, failed, not_applicable
 from .reuse import (
     check_bf16,
     check_exact_reuse,
@@ -171,8 +172,10 @@ def run_suite(model: Any, tokenizer: Any, *, label: str = "model",
     chosen = CHECKS if checks is None else tuple(get_check(n) for n in checks)
     t0 = time.perf_counter()
     results = []
+    limitation = reuse_limitation(model)
     for check in chosen:
-        result = run_check(check, subject)
+        result = (CheckResult(check.name, check.title, not_applicable(limitation), 0.0)
+                  if limitation else run_check(check, subject))
         results.append(result)
         if progress is not None:
             progress(result)

@@ -1,0 +1,123 @@
+"""RoPE layouts checked against the model itself, for families the profile table does not know.
+
+A family missing from :data:`~.profile.PROFILES` gets a *guessed* profile (rotate-half over
+the rotary module's frequencies). Guessing wrong is silent: shifted keys come out rotated the
+wrong way and shifted reuse agrees with a full prefill on a fraction of tokens (interleaved
+pairs as in GLM-4, Llama-4 or ERNIE-4.5 were served this way). :func:`verified_shifter` runs
+one short forward at two position offsets and keeps the layout (rotate-half or interleaved,
+rotary dims from the config or from the frequencies) under which keys rotated by ``d`` equal
+keys computed ``d`` positions later; when none does, the model is not shiftable, with the
+measured errors in the reason. Families in the table, and plugin overrides, are trusted as
+stated (the conformance suite checks them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from .profile import (
+    NO_ROPE,
+    PROFILES,
+    ModelProfile,
+    resolve_profile,
+    rotary_modules,
+    text_config,
+)
+from .rope import NotShiftable, RopeShifter
+
+__all__ = ["LayoutUnverified", "PROBE_TOKENS", "layout_error", "verified_shifter"]
+
+PROBE_TOKENS = 16
+"""Tokens of the probe forward (run twice, at two offsets)."""
+_OFFSET, _DELTA = 3, 37
+_FP32_TOL, _HALF_TOL = 1e-4, 5e-2
+
+
+class LayoutUnverified(NotShiftable):
+    """No RoPE layout percache can apply reproduces the model's keys at shifted positions."""
+
+
+def _keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor) -> list[torch.Tensor]:
+    cache = DynamicCache()
+    with torch.inference_mode():
+        model(input_ids=ids[None], position_ids=positions[None], past_key_values=cache,
+              use_cache=True)
+    return [layer.keys[0].float() for layer in cache.layers]  # type: ignore[union-attr,index]
+
+
+def layout_error(model: nn.Module, shifter: RopeShifter) -> float:
+    """Worst relative error, over RoPE layers, of keys rotated by the shifter against keys the
+    model computes at the shifted positions."""
+    param = next(model.parameters())
+    vocab = int(getattr(text_config(model), "vocab_size", 0) or 256)
+    ids = (torch.arange(PROBE_TOKENS, device=param.device) * 7 + 5) % max(vocab, 1)
+    base = torch.arange(PROBE_TOKENS, device=param.device) + _OFFSET
+    at_p, moved = _keys(model, ids, base), _keys(model, ids, base + _DELTA)
+    worst = 0.0
+    for i, (k, want) in enumerate(zip(at_p, moved, strict=False)):
+        if i >= len(shifter.layer_rope) or shifter.layer_rope[i] == NO_ROPE:
+            continue
+        got = shifter.shift(k, i, _DELTA).float()
+        if got.shape != want.shape:
+            return float("inf")
+        worst = max(worst, float((got - want).abs().max() / want.abs().max().clamp(min=1.0)))
+    return worst
+
+
+def _candidates(model: nn.Module, profile: ModelProfile) -> list[ModelProfile]:
+    """Rotate-half and interleaved, over the config's rotary dims and over the rotary
+    module's frequencies (they disagree for some families)."""
+    dims: list[int | None] = [profile.rotary_dims]
+    modules = rotary_modules(model)
+    if modules:
+        freqs = dict(modules[0].named_buffers(recurse=False)).get("inv_freq")
+        if freqs is not None and 2 * freqs.numel() not in dims:
+            dims.append(2 * freqs.numel())
+    return [replace(profile, rotate=rotate, rotary_dims=d)
+            for rotate in ("half", "interleaved") for d in dims]
+
+
+def verified_shifter(model: nn.Module, override: ModelProfile | None = None, *,
+                     table: Mapping[str, ModelProfile] | None = None) -> RopeShifter:
+    """The shifter for ``model``; for a guessed profile, the layout the model confirms.
+
+    :raises NotShiftable: the model cannot be shifted (:class:`LayoutUnverified` when no
+        layout reproduces its keys).
+    """
+    config = text_config(model)
+    if override is not None or config.model_type in (PROFILES if table is None else table):
+        return RopeShifter.from_model(model, override, table=table)
+    guessed = resolve_profile(model, None, table)
+    if guessed.positions != "rope":
+        return RopeShifter.from_model(model, None, table=table)
+    dtype = next(model.parameters()).dtype
+    tol = _FP32_TOL if dtype in (torch.float32, torch.float64) else _HALF_TOL
+    tried: list[str] = []
+    for cand in _candidates(model, guessed):
+        try:
+            shifter = RopeShifter.from_model(model, cand)
+        except LayoutUnverified:
+            raise
+        except NotShiftable as exc:
+            if "rotary dims" not in exc.reason:  # dynamic NTK, no rotary module, ...: final
+                raise
+            tried.append(f"{cand.rotate}/{cand.rotary_dims or 'from inv_freq'}: {exc.reason}")
+            continue
+        try:
+            err = layout_error(model, shifter)
+        except Exception as exc:  # a model whose cache does not hold per-layer keys
+            raise LayoutUnverified(f"{config.model_type}: RoPE layout cannot be probed "
+                                   f"({type(exc).__name__}: {exc})") from exc
+        if err <= tol:
+            return shifter
+        tried.append(f"{cand.rotate} over {shifter.rotary_dims} dims: rel err {err:.2g}")
+    raise LayoutUnverified(
+        f"{config.model_type}: not in the profile table, and no RoPE layout reproduces its keys "
+        f"at shifted positions ({'; '.join(tried)}); keys may be transformed after RoPE or "
+        "rotated in a way a ModelProfile cannot describe. Shifted reuse is off; register a "
+        "ModelProfile if the family is shiftable")

@@ -1,0 +1,151 @@
+"""Tiny random models of every causal-LM family transformers registers, for the capability matrix.
+
+:func:`registered_families` lists the ``model_type`` keys of
+``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``; :func:`build_family` builds a tiny random model of one
+of them from its default config shrunk to toy size (2 layers, hidden 64, vocab 320), or raises
+:class:`Unbuildable` with the reason it cannot (multimodal-only, remote code, a config that
+refuses toy sizes, a model that does not run a plain text forward). Each family runs in its own
+subprocess with a time bound (:mod:`.matrix` drives that), so one family that hangs or crashes
+cannot take the others with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from .tiny import TINY_VOCAB
+
+__all__ = ["MAX_PARAMS", "TINY_SIZES", "Unbuildable", "build_family", "registered_families",
+           "tiny_config"]
+
+MAX_PARAMS = 20_000_000
+"""A family whose shrunk model still has more parameters than this is skipped (its default
+config holds sizes the shrinking does not reach, e.g. a full vision tower)."""
+
+TINY_SIZES: Mapping[str, Any] = MappingProxyType({
+    "vocab_size": TINY_VOCAB, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "max_position_embeddings": 8192, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 1,
+    "decoder_start_token_id": 0,
+    # MoE, MLA, SSM and other family-specific sizes, set only where the config has the field
+    "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "expert_hidden_size": 32,
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+    "kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+    "v_head_dim": 16, "ffn_dim": 128, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+    "d_model": 64, "decoder_layers": 2, "encoder_layers": 2, "decoder_attention_heads": 4,
+    "encoder_attention_heads": 4, "n_positions": 8192, "n_ctx": 8192,
+    "mamba_d_state": 8, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_headdim": 16,
+    "state_size": 8, "ssm_state_size": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16, "linear_value_head_dim": 16, "sliding_window": 16,
+    "attention_window": 16, "window_size": 16, "rotary_dim": 8, "rotary_emb_base": 10000,
+})
+"""Fields set on a family's default config, each only where the config already has it."""
+
+_MUST_SET = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+             "intermediate_size", "max_position_embeddings", "pad_token_id", "bos_token_id",
+             "eos_token_id")
+
+
+class Unbuildable(Exception):
+    """No tiny model of this family can be built here; :attr:`reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def registered_families() -> tuple[str, ...]:
+    """Every ``model_type`` transformers maps to a causal-LM class, sorted."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return tuple(sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))
+
+
+def _sizes_for(config: Any) -> dict[str, Any]:
+    """The :data:`TINY_SIZES` fields ``config`` has (directly or through its attribute map)."""
+    known = set(config.to_dict()) | set(getattr(config, "attribute_map", {}) or {})
+    sizes = {k: v for k, v in TINY_SIZES.items() if k in known or k in _MUST_SET}
+    if sizes.get("sliding_window") is None and getattr(config, "sliding_window", None) is None:
+        sizes.pop("sliding_window", None)  # keep "no sliding window" as the family has it
+    if getattr(config, "head_dim", None) is None and "head_dim" in sizes and "head_dim" not in known:
+        sizes.pop("head_dim")
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, list) and layer_types:
+        kinds = list(dict.fromkeys(layer_types))  # keep one layer of each kind, in order
+        sizes["num_hidden_layers"] = max(2, len(kinds))
+        sizes["layer_types"] = (kinds * 2)[: sizes["num_hidden_layers"]]
+    return sizes
+
+
+def tiny_config(model_type: str) -> Any:
+    """The family's default config shrunk to toy size (composite configs: the text config).
+
+    :raises Unbuildable: the config class cannot be instantiated, or rejects the toy sizes.
+    """
+    from transformers import AutoConfig
+
+    try:
+        default = AutoConfig.for_model(model_type)
+    except Exception as exc:  # some configs need arguments or remote code
+        raise Unbuildable(f"default config: {type(exc).__name__}: {_short(exc)}") from exc
+    kwargs = _sizes_for(default)
+    subs = dict(getattr(type(default), "sub_configs", {}) or {})
+    for name in subs:
+        sub = getattr(default, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            kwargs[name] = {**sub.to_dict(), **_sizes_for(sub)}
+    try:
+        return AutoConfig.for_model(model_type, **kwargs)
+    except Exception as exc:
+        first = exc
+    try:  # some configs derive layer_types themselves (read-only property): let them
+        return AutoConfig.for_model(model_type, **_without_layer_types(kwargs))
+    except Exception:
+        raise Unbuildable(f"toy config rejected: {type(first).__name__}: {_short(first)}") from first
+
+
+def _without_layer_types(kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in kwargs.items() if k != "layer_types"}
+    return {k: _without_layer_types(v) if isinstance(v, dict) else v for k, v in out.items()}
+
+
+def build_family(model_type: str, *, seed: int = 0) -> Any:
+    """A tiny random fp32 causal LM of ``model_type`` in eval mode that runs a text forward.
+
+    :raises Unbuildable: why not (the message is the matrix's reason).
+    """
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_config(model_type)
+    try:
+        with torch.random.fork_rng(devices=[]), contextlib.redirect_stderr(io.StringIO()):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    except Exception as exc:
+        raise Unbuildable(f"from_config: {type(exc).__name__}: {_short(exc)}") from exc
+    n = sum(p.numel() for p in model.parameters())
+    if n > MAX_PARAMS:
+        raise Unbuildable(f"{n / 1e6:.0f}M parameters at toy text sizes (a part the shrinking "
+                          "does not reach, e.g. a vision or audio tower)")
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = model(input_ids=torch.tensor([[0, 10, 20, 30]]))
+    except Exception as exc:
+        raise Unbuildable(f"no plain text forward: {type(exc).__name__}: {_short(exc)}") from exc
+    logits = getattr(out, "logits", None)
+    if not isinstance(logits, torch.Tensor) or logits.shape[-1] < TINY_VOCAB:
+        raise Unbuildable("the forward returns no next-token logits over the vocabulary")
+    return model
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
