@@ -141,6 +141,7 @@ class Assistant:
         """Answer from the QA bank if a stored question matches, else retrieve and generate."""
         q = self.query(query)  # validates before taking the lock
         with self._foreground():
+            self.engine.follow_model()  # QA answers are looked up under the weights in use
             answer = ask(self, q, scope, **generate_kwargs)
             with best_effort("recording the question for prediction", self.engine.stats()):
                 after_question(self, query, scope)

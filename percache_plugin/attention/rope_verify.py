@@ -92,7 +92,10 @@ def verified_shifter(model: nn.Module, override: ModelProfile | None = None, *,
     config = text_config(model)
     if override is not None or config.model_type in (PROFILES if table is None else table):
         return RopeShifter.from_model(model, override, table=table)
-    guessed = resolve_profile(model, None, table)
+    try:
+        guessed = resolve_profile(model, None, table)
+    except ValueError as exc:  # unknown family showing no sign of its positions
+        raise NotShiftable(str(exc)) from exc
     if guessed.positions != "rope":
         return RopeShifter.from_model(model, None, table=table)
     dtype = next(model.parameters()).dtype

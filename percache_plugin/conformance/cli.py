@@ -37,6 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "'tiny:<family>' for a built-in tiny random model")
     p.add_argument("--builtin", action="store_true",
                    help=f"run the default set: {', '.join(BUILTIN_MODELS)}")
+    p.add_argument("--all-families", action="store_true",
+                   help="build a tiny random model of every causal-LM family transformers "
+                        "registers, run the suite on each (own process, --family-timeout) and "
+                        "print the capability matrix (Markdown; --matrix-out FILE writes it)")
+    p.add_argument("--family-timeout", type=float, default=300.0,
+                   help="seconds per family with --all-families (default 300)")
+    p.add_argument("--matrix-out", default=None, metavar="FILE",
+                   help="with --all-families: write the Markdown matrix to FILE")
     p.add_argument("--gguf-file", default=None, help="GGUF file inside MODEL to load")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                    help="dtype to load the model in (default float32, the exactness contract's)")
@@ -138,6 +146,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     check failed, 2 for bad arguments or a model that would not load."""
     out = out or sys.stdout
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if getattr(args, "all_families", False):
+        return _all_families(args, out)
     if args.builtin == (args.model is not None):
         raise UsageError("give a MODEL or --builtin (not both)",
                          f"e.g. 'percache conformance {SMOLLM2}' or 'percache conformance --builtin'")
@@ -160,6 +170,28 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if len(reports) < len(ran):
         return 2
     return 0 if all(r.ok for r in reports) else 1
+
+
+def _all_families(args: argparse.Namespace, out: TextIO) -> int:
+    if args.builtin or args.model is not None:
+        raise UsageError("--all-families runs every registered family: give no MODEL and no --builtin")
+    import transformers
+
+    from .families import registered_families
+    from .matrix import format_matrix, run_matrix
+
+    torch.set_num_threads(1)
+    rows = run_matrix(registered_families(), timeout_s=args.family_timeout,
+                      progress=lambda r: print(f"{r.family:<28} {r.status:<7} {r.exact:<15} "
+                                               f"{r.shifted:<15} {r.reason[:100]}", file=out,
+                                               flush=True))
+    text = format_matrix(rows, transformers_version=transformers.__version__)
+    if args.matrix_out:
+        Path(args.matrix_out).write_text(text, encoding="utf-8")
+        print(f"capability matrix written to {args.matrix_out}", file=out)
+    else:
+        print(text, file=out)
+    return 0 if all(r.status != "fail" for r in rows) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
