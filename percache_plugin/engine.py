@@ -180,11 +180,6 @@ class Engine:
             return None, "needs the attention hook (splice masks): " + self._switch.reason
         return rope
 
-    def _shifter(self, rope: tuple[RopeShifter | None, str]) -> tuple[RopeShifter | None, str]:
-        if not self._switch.active:
-            return None, "needs the attention hook (splice masks): " + self._switch.reason
-        return rope
-
     def _capabilities(self, shift_reason: str) -> Capabilities:
         reasons: dict[str, str] = {}
         if not self._switch.active:
