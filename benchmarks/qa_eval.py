@@ -481,7 +481,7 @@ def print_tables(report: dict, tau: float) -> None:
     print(
         "cells: hit rate on paraphrases / false-hit rate on all negatives (on same-meeting ones)\n"
     )
-    print("| tau | " + " | ".join(SETTINGS[s][3] for s in SETTINGS) + " |")
+    print("| tau | " + " | ".join(SETTINGS[s][-1] for s in SETTINGS) + " |")
     print("|---|" + "---|" * len(SETTINGS))
     for i, t in enumerate(TAUS):
         if i % 2 and t != tau:
@@ -502,7 +502,7 @@ def print_tables(report: dict, tau: float) -> None:
     for s in SETTINGS:
         r = rates[s][i]
         print(
-            f"| {SETTINGS[s][3]} | "
+            f"| {SETTINGS[s][-1]} | "
             + " | ".join(str(r["false_hits"][k]) for k in kinds)
             + f" | {r['wrong_rate']:.1%} |"
         )
