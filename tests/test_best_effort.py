@@ -18,7 +18,7 @@ GEN = {"max_new_tokens": 4, "do_sample": False}
 
 def _full_disk(pc: percache.PerCache, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every database connection of the handle refuses writes; node files cannot be written."""
-    for db in (pc.store._index.db, pc.qa_bank._db, pc.idle_queue._db, pc.prediction_state._db):
+    for db in (pc.store._index.db, pc.qa_bank._rows.db, pc.idle_queue._db, pc.prediction_state._db):
         db.execute("PRAGMA query_only = ON")
 
     def no_space(*args: object, **kwargs: object) -> object:

@@ -25,6 +25,8 @@ from ..kv.store import DB_NAME, KVStore, stored_fingerprints
 from ..rag.chunking import Chunk
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
+from ..session.persist import SESSIONS_DB as _SESSIONS_DB
+from ..session.persist import SESSIONS_DIR as _SESSIONS
 
 __all__ = ["StoreAdmin", "StoreInfo", "DocumentInfo", "FingerprintInfo", "RemoveReport",
            "StoreInUseError"]
@@ -289,9 +291,9 @@ class StoreAdmin:
             finally:
                 lock.close()
         for child in self.path.iterdir():
-            if child.is_dir() and child.name in ("kv", _KNOWLEDGE):
+            if child.is_dir() and child.name in ("kv", _KNOWLEDGE, _SESSIONS):
                 shutil.rmtree(child)
-            elif child.name.startswith(DB_NAME):
+            elif child.name.startswith((DB_NAME, _SESSIONS_DB)):
                 child.unlink()
 
     def close(self) -> None:

@@ -27,7 +27,10 @@ from ..kv.integrity import (
 from ..sqlite_tx import Schema, connect, transaction
 from .state import Session, Turn, cache_tokens
 
-__all__ = ["SessionStore", "SCHEMA"]
+__all__ = ["SessionStore", "SCHEMA", "SESSIONS_DIR", "SESSIONS_DB"]
+
+SESSIONS_DIR = "sessions"
+SESSIONS_DB = "sessions.sqlite"
 
 SCHEMA = Schema("sessions", 1, """
 CREATE TABLE IF NOT EXISTS chat_sessions (
@@ -50,8 +53,8 @@ class SessionStore:
 
     def __init__(self, root: Path, fingerprint: str) -> None:
         self.fingerprint = fingerprint
-        self.dir = private_dir(root / "sessions" / fingerprint[:32])
-        self.db = connect(root / "sessions.sqlite", SCHEMA)
+        self.dir = private_dir(root / SESSIONS_DIR / fingerprint[:32])
+        self.db = connect(root / SESSIONS_DB, SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:
