@@ -91,7 +91,8 @@ class ReuseRunner:
         cached = cache.get_seq_length()
         if cached >= prompt.n_tokens:
             # generate() re-feeds a fully cached prompt and answers wrongly: keep one token out.
-            cache.crop(prompt.n_tokens - 1)
+            # (transformers 5 crops by a negative count of tokens to remove)
+            cache.crop(-(cached - (prompt.n_tokens - 1)))
             cached = prompt.n_tokens - 1
         stats.tokens_reused = cached
         return cache, cached, len(chunks)

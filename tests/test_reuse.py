@@ -1,0 +1,30 @@
+"""Building a request's cache from loaded chunks."""
+
+from __future__ import annotations
+
+import torch
+
+from percache_plugin.kv.chunk import ChunkKV
+from percache_plugin.reuse import ReuseRunner
+from percache_plugin.segments import Prompt, PromptPiece, Segment
+from percache_plugin.stats import GenerationStats
+from tests.helpers import tiny_pair
+
+
+def test_fully_cached_prompt_keeps_its_last_token_uncached() -> None:
+    # A plugin's plan may serve every position (e.g. a prompt-building hook that keys the last
+    # piece too); generate() would re-feed such a prompt, so the cache must end one token early.
+    model, _ = tiny_pair("llama")
+    cfg = model.config
+    kv_heads = cfg.num_key_value_heads
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    n = 7
+    layer = torch.randn(kv_heads, n, head_dim)
+    chunk = ChunkKV(tuple(layer.clone() for _ in range(cfg.num_hidden_layers)),
+                    tuple(layer.clone() for _ in range(cfg.num_hidden_layers)))
+    piece = PromptPiece(Segment("x", "chunk"), tuple(range(10, 10 + n)), 0, "k")
+    stats = GenerationStats(prompt_tokens=n)
+    cache, served, nodes = ReuseRunner(model, None, None).exact_cache(  # type: ignore[arg-type]
+        Prompt((piece,)), [chunk], stats)
+    assert (served, nodes, stats.tokens_reused) == (n - 1, 1, n - 1)
+    assert cache.get_seq_length() == n - 1
