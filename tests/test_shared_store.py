@@ -20,8 +20,11 @@ from tests.helpers import tiny_pair
 
 REPO = Path(__file__).resolve().parents[1]
 GEN = {"max_new_tokens": 3}
-QUESTIONS = [f"What did note {i} say about the {w}?" for i, w in
-             enumerate(["garden", "budget", "choir", "train", "lamp", "piano"])]
+_WORDS = ["garden", "budget", "choir", "train", "lamp", "piano", "river", "ticket", "oven",
+          "violin", "tennis", "harbor", "pencil", "meadow", "rocket", "saddle", "turnip", "quartz"]
+# Mostly distinct questions (generated through the K/V path), some repeated (QA-bank upserts).
+QUESTIONS = [f"{_WORDS[i % 18]} {_WORDS[(i * 5 + 3) % 18]} {_WORDS[(i * 7 + 11) % 18]}?"
+             for i in range(36)]
 DURATION_S = float(os.environ.get("PERCACHE_SHARED_TEST_S", "20"))
 
 WORKER = """
@@ -62,7 +65,7 @@ json.dump({{"added": added, "answers": answers, "errors": errors, "ops": ops}}, 
 
 
 def doc_text(name: str, i: int) -> str:
-    return f"Note {i} from {name}: the {QUESTIONS[i % len(QUESTIONS)].split()[-1][:-1]} plan {i * 7}."
+    return f"Note {i} from {name}: the {_WORDS[i % len(_WORDS)]} plan {i * 7}."
 
 
 def _check(store: Path, results: list[dict]) -> None:
@@ -91,6 +94,10 @@ def _check(store: Path, results: list[dict]) -> None:
             for _q, source, text, _, matched in r["answers"]:
                 if source == "qa_bank" and text not in generated.get(matched, set()):
                     wrong += 1
+        hits = sum(a[1] == "qa_bank" for r in results for a in r["answers"])
+        made = sum(a[1] == "generated" for r in results for a in r["answers"])
+        print(f"checked: {made} generated answers against an uncached generation, {hits} "
+              f"QA-bank answers; {len(lost)} documents lost, {wrong} wrong answers")
         assert wrong == 0, f"{wrong} wrong answers"
     finally:
         pc.close()
