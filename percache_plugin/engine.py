@@ -19,6 +19,7 @@ import pluggy
 import torch
 
 from .attention.backend import AttentionSwitch, install, release, uninstall
+from .attention.capability import capabilities_of, usable_shifter
 from .attention.masks import (
     MaskFunction,
     apply_to_additive,
@@ -45,11 +46,11 @@ from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
 from .kv.blocks import block_prompt
-from .kv.cache import empty_cache, slice_chunk
+from .kv.cache import empty_cache
 from .kv.recompute import RecomputeStrategy, parse_strategy
-from .kv.store import KVStore
-from .reuse import PlanError, ReuseRunner
-from .segments import Prompt, Segment, node_key, normalize_segments
+from .kv.stores import FingerprintStores
+from .reuse import PlanError, ReuseRunner, store_computed
+from .segments import Prompt, Segment, normalize_segments
 from .stats import Generation, GenerationStats, StatsTotals
 
 __all__ = ["Engine", "Capabilities", "Prefilled"]
@@ -94,8 +95,8 @@ class Engine:
         self.hooks = Hooks(self.plugins)
         self.tracker = ModelFingerprint(model, tokenizer)
         self.fingerprint = self.tracker.value
-        self._stores: dict[str, KVStore] = {}
-        self.store = self._store_for(self.fingerprint, config)
+        self._stores = FingerprintStores(self._path)
+        self.store = self._stores.get(self.fingerprint, config)
         use_template = self._template_choice(config)
         self.n_parameters = sum(p.numel() for p in model.parameters())
         self._reuse: ReuseRunner | None = None
@@ -108,8 +109,8 @@ class Engine:
         self._enabled = True
         self._closed = False
         self._check_recompute(config)
-        self.shifter, shift_reason = self._shifter(rope)
-        self.ctx = EngineContext(config, self.store, self._capabilities(shift_reason), self.hooks,
+        self.shifter, shift_reason = usable_shifter(self._switch, rope)
+        self.ctx = EngineContext(config, self.store, capabilities_of(model, self._switch, self.shifter, shift_reason), self.hooks,
                                  self.fingerprint, tokenizer, use_template, self.recompute_strategies)
         self._reuse = ReuseRunner(model, self.ctx, self.shifter)
         register_mask_provider(model, self._mask_function)
@@ -119,13 +120,6 @@ class Engine:
         return self.ctx.config
 
     # -- the fingerprint follows the model ------------------------------------------------
-    def _store_for(self, fingerprint: str, config: Config) -> KVStore:
-        if fingerprint not in self._stores:
-            self._stores[fingerprint] = KVStore(
-                self._path, fingerprint=fingerprint, byte_limit=config.kv_byte_limit,
-                storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums)
-        return self._stores[fingerprint]
-
     def follow_model(self) -> str:
         """Check, cheaply, whether the weights in use changed (adapter enabled, disabled,
         switched, added or merged; a weight edited in place) and key the store by the
@@ -141,7 +135,7 @@ class Engine:
     def _rekey(self, fingerprint: str) -> str:
         if fingerprint != self.fingerprint:
             self.fingerprint = self.ctx.fingerprint = fingerprint
-            self.store = self.ctx.store = self._store_for(fingerprint, self.config)
+            self.store = self.ctx.store = self._stores.get(fingerprint, self.config)
         return fingerprint
 
     @property
@@ -175,26 +169,6 @@ class Engine:
         except NotShiftable as exc:
             return None, exc.reason
 
-    def _shifter(self, rope: tuple[RopeShifter | None, str]) -> tuple[RopeShifter | None, str]:
-        if not self._switch.active:
-            return None, "needs the attention hook (splice masks): " + self._switch.reason
-        return rope
-
-    def _capabilities(self, shift_reason: str) -> Capabilities:
-        reasons: dict[str, str] = {}
-        if not self._switch.active:
-            reasons["attention_hook"] = self._switch.reason
-        if shift_reason:
-            reasons["shifted_reuse"] = shift_reason
-        return Capabilities(
-            model_type=str(getattr(self.model.config, "model_type", "unknown")),
-            attention_hook=self._switch.active,
-            attention_backend=self._switch.backend,
-            exact_reuse=True,
-            shifted_reuse=self.shifter is not None,
-            reasons=reasons,
-        )
-
     def _template_choice(self, config: Config) -> bool:
         has = bool(getattr(self.tokenizer, "chat_template", None))
         if config.chat_template is True and not has:
@@ -219,8 +193,7 @@ class Engine:
                 self._closed = True
                 release(self.model, self._relay)
                 release_mask_provider(self.model)
-                for store in self._stores.values():
-                    store.close()
+                self._stores.close()
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
@@ -257,15 +230,7 @@ class Engine:
         a new storage dtype or checksum setting applies to the next writes and reads."""
         if "chat_template" in changed:
             self.ctx.use_template = self._template_choice(config)
-        if "kv_byte_limit" in changed:
-            for store in self._stores.values():
-                store.set_byte_limit(config.kv_byte_limit)
-        if "storage_dtype" in changed:
-            for store in self._stores.values():
-                store.storage_dtype = config.torch_storage_dtype
-        if "verify_checksums" in changed:
-            for store in self._stores.values():
-                store.verify = config.verify_checksums
+        self._stores.configure(config, changed)
         self.ctx.config = config
 
     # -- requests -----------------------------------------------------------------------
@@ -393,8 +358,9 @@ class Engine:
         def finish(cache: Any, gen: Generation | None, completed: bool) -> None:
             try:
                 if completed:
-                    self._store_computed(prompt, exact_end, skip,
-                                         bool(shifted) and stats.approximate, cache, stats)
+                    if self._enabled:
+                        store_computed(self.ctx, prompt, exact_end, skip,
+                                       bool(shifted) and stats.approximate, cache, stats)
                     stats.store_errors += self.store.write_errors - errors_before
                     stats.total_s = time.perf_counter() - t0
                     self._totals.add(stats)
@@ -408,32 +374,6 @@ class Engine:
     def active_splice(self) -> SpliceCache | None:
         """The splice cache of the forward in progress, if any."""
         return None if self._reuse is None else self._reuse.active_splice
-
-    def _store_computed(self, prompt: Prompt, served: int, skip: set[int], approximate: bool,
-                        cache: Any, stats: GenerationStats) -> None:
-        """Store every reusable piece this request computed (also after a partial hit).
-
-        After approximate (shifted) reuse, pieces before the first shifted one saw only exact K/V
-        and join the tree as usual; later pieces were computed against approximate K/V: those
-        that were served (``skip``) are not stored again, and new ones are stored outside the
-        tree, where only shifted reuse finds them."""
-        if not self._enabled:
-            return
-        first_approx = min(skip) if approximate and skip else len(prompt.pieces)
-        parent = prompt.pieces[served - 1].key if served else None
-        for i, piece in enumerate(prompt.pieces[served:], start=served):
-            if piece.key is None:
-                break
-            if i in skip and i >= first_approx:
-                continue
-            exact = i < first_approx
-            kv = slice_chunk(cache, piece.start, piece.end)
-            key = piece.key if exact else node_key(self.fingerprint, "approx", piece.token_ids)
-            before = self.store.total_bytes()
-            self.hooks.store_chunk(self.ctx, key, piece, parent if exact else None, kv, exact)
-            stats.nodes_stored += 1
-            stats.bytes_stored += max(0, self.store.total_bytes() - before)
-            parent = piece.key
 
     def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
         """Whether every reusable piece of this prompt is in the store as an exact prefix."""

@@ -11,17 +11,17 @@ from .attention.rope import RopeShifter
 from .attention.splice import ProbeDone, SpliceCache, splice_mask
 from .decode import dtype_device
 from .kv.assemble import Placed, assemble
-from .kv.cache import cache_from_chunks, empty_cache, layer_kv
+from .kv.cache import cache_from_chunks, empty_cache, layer_kv, slice_chunk
 from .kv.planner import ReusePlan
 from .kv.recompute import RecomputeContext
 from .kv.store import ChunkKV
-from .segments import Prompt
+from .segments import Prompt, node_key
 from .stats import GenerationStats
 
 if TYPE_CHECKING:
     from .hooks.contexts import EngineContext
 
-__all__ = ["PlanError", "ReuseRunner"]
+__all__ = ["PlanError", "ReuseRunner", "store_computed"]
 
 
 class PlanError(RuntimeError):
@@ -165,3 +165,28 @@ class ReuseRunner:
         dk = (fresh_k[0] - keys[0, :, exact_tokens:]).float().norm(dim=(0, 2))
         dv = (fresh_v[0] - values[0, :, exact_tokens:]).float().norm(dim=(0, 2))
         return (dk + dv)[sel]
+
+
+def store_computed(ctx: EngineContext, prompt: Prompt, served: int, skip: set[int],
+                   approximate: bool, cache: Any, stats: GenerationStats) -> None:
+    """Store every reusable piece a request computed (also after a partial hit).
+
+    After approximate (shifted) reuse, pieces before the first shifted one saw only exact K/V
+    and join the tree as usual; later pieces were computed against approximate K/V: those that
+    were served (``skip``) are not stored again, and new ones are stored outside the tree, where
+    only shifted reuse finds them."""
+    first_approx = min(skip) if approximate and skip else len(prompt.pieces)
+    parent = prompt.pieces[served - 1].key if served else None
+    for i, piece in enumerate(prompt.pieces[served:], start=served):
+        if piece.key is None:
+            break
+        if i in skip and i >= first_approx:
+            continue
+        exact = i < first_approx
+        kv = slice_chunk(cache, piece.start, piece.end)
+        key = piece.key if exact else node_key(ctx.fingerprint, "approx", piece.token_ids)
+        before = ctx.store.total_bytes()
+        ctx.hooks.store_chunk(ctx, key, piece, parent if exact else None, kv, exact)
+        stats.nodes_stored += 1
+        stats.bytes_stored += max(0, ctx.store.total_bytes() - before)
+        parent = piece.key

@@ -1,0 +1,39 @@
+"""One K/V store per model fingerprint under one store path (the key follows the weights in use)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import Config
+from .store import KVStore
+
+__all__ = ["FingerprintStores"]
+
+
+class FingerprintStores:
+    """Opens a :class:`KVStore` per fingerprint on first use and applies settings to all."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._stores: dict[str, KVStore] = {}
+
+    def get(self, fingerprint: str, config: Config) -> KVStore:
+        if fingerprint not in self._stores:
+            self._stores[fingerprint] = KVStore(
+                self._path, fingerprint=fingerprint, byte_limit=config.kv_byte_limit,
+                storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums)
+        return self._stores[fingerprint]
+
+    def configure(self, config: Config, changed: set[str]) -> None:
+        """A new byte limit evicts at once; dtype and checksum settings apply to the next I/O."""
+        for store in self._stores.values():
+            if "kv_byte_limit" in changed:
+                store.set_byte_limit(config.kv_byte_limit)
+            if "storage_dtype" in changed:
+                store.storage_dtype = config.torch_storage_dtype
+            if "verify_checksums" in changed:
+                store.verify = config.verify_checksums
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
