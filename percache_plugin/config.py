@@ -99,9 +99,15 @@ class Config:
         None,
     )
     kv_byte_limit: int | None = _help(
-        "Byte limit of the K/V store (tensor files); least-frequently-used leaves are evicted "
+        "Byte limit of the K/V store (tensor files); nodes chosen by kv_eviction are evicted "
         "beyond it. None means unlimited.",
         2 * 1024**3,
+    )
+    kv_eviction: str = _help(
+        "Eviction policy of the K/V store, by name: 'lfu-leaves' (the least-frequently-used "
+        "leaf first, then the oldest access), or a name a plugin registers through the "
+        "percache_register_eviction_policies hook.",
+        "lfu-leaves",
     )
     ram_cache_bytes: int = _help(
         "Byte budget of the RAM tier in front of the K/V store: verified chunk tensors kept in "
@@ -275,6 +281,9 @@ class Config:
         if self.ram_cache_policy not in policy_names():
             raise ConfigError(
                 f"ram_cache_policy must be one of {policy_names()}, got {self.ram_cache_policy!r}")
+        # The name is checked by the handle against its registry of eviction policies.
+        if not isinstance(self.kv_eviction, str) or not self.kv_eviction:
+            raise ConfigError(f"kv_eviction must be a policy name such as 'lfu-leaves', got {self.kv_eviction!r}")
         if self.reuse not in ("exact", "shifted"):
             raise ConfigError(f"reuse must be 'exact' or 'shifted', got {self.reuse!r}")
         from .kv.recompute import STRATEGIES, parse_strategy

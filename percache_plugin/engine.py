@@ -47,6 +47,7 @@ from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
 from .kv.blocks import block_prompt
 from .kv.cache import empty_cache
+from .kv.eviction import EvictionPolicy
 from .kv.recompute import RecomputeStrategy, parse_strategy
 from .kv.stores import FingerprintStores
 from .reuse import PlanError, ReuseRunner, store_computed
@@ -95,7 +96,10 @@ class Engine:
         self.hooks = Hooks(self.plugins)
         self.tracker = ModelFingerprint(model, tokenizer)
         self.fingerprint = self.tracker.value
-        self._stores = FingerprintStores(self._path)
+        self.eviction_policies: Registry[EvictionPolicy] = Registry("eviction policy")
+        self.hooks.register_eviction_policies(self.eviction_policies.register)
+        self._check_eviction(config)
+        self._stores = FingerprintStores(self._path, self.eviction_policies)
         self.store = self._stores.get(self.fingerprint, config)
         use_template = self._template_choice(config)
         self.n_parameters = sum(p.numel() for p in model.parameters())
@@ -218,12 +222,20 @@ class Engine:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
+    def _check_eviction(self, config: Config) -> None:
+        try:
+            self.eviction_policies.require(config.kv_eviction)
+        except ValueError as exc:
+            raise ConfigError(f"kv_eviction: {exc}") from None
+
     def check(self, config: Config, changed: set[str]) -> None:
         """Raise :class:`ConfigError` if ``config`` cannot apply to this engine."""
         if "chat_template" in changed:
             self._template_choice(config)
         if "recompute" in changed:
             self._check_recompute(config)
+        if "kv_eviction" in changed:
+            self._check_eviction(config)
 
     def configure(self, config: Config, changed: set[str]) -> None:
         """Apply new settings (checked with :meth:`check`); a new K/V byte limit evicts at once,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..core.query import Query
     from ..decode.sources import DraftHints, DraftSource
     from ..kv.edit import CacheEditor
+    from ..kv.eviction import EvictionPolicy
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext, RecomputeStrategy
     from ..kv.store import ChunkKV
@@ -43,6 +44,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:StoreBackedKV",
     "percache_plugin.buffer.plugin:RamTierKV",
     "percache_plugin.plugins.builtin:ConfiguredRecompute",
+    "percache_plugin.plugins.builtin:BuiltinEviction",
     "percache_plugin.plugins.banks:KnowledgeRetrieval",
     "percache_plugin.plugins.banks:QABankPlugin",
     "percache_plugin.plugins.builtin:BuiltinProfiles",
@@ -164,6 +166,9 @@ class Hooks:
 
     def register_recompute_strategies(self, register: Callable[[str, RecomputeStrategy], None]) -> None:
         self._hook.percache_register_recompute_strategies(register=register)
+
+    def register_eviction_policies(self, register: Callable[[str, EvictionPolicy], None]) -> None:
+        self._hook.percache_register_eviction_policies(register=register)
 
     def register_model_profiles(self, register: Callable[[str, ModelProfile], None]) -> None:
         self._hook.percache_register_model_profiles(register=register)

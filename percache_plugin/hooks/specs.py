@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..core.query import Query
     from ..decode.sources import DraftHints, DraftSource
     from ..kv.edit import CacheEditor
+    from ..kv.eviction import EvictionPolicy
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext, RecomputeStrategy
     from ..kv.store import ChunkKV
@@ -292,6 +293,18 @@ def percache_register_recompute_strategies(register: Callable[[str, RecomputeStr
     name again replaces the earlier entry. Collected once, when the handle is built.
 
     :param register: ``register(name, RecomputeStrategy(choose, takes_amount, max_amount))``.
+    """
+
+
+@hookspec
+def percache_register_eviction_policies(register: Callable[[str, EvictionPolicy], None]) -> None:
+    """Add K/V store eviction policies, by name, for ``Config.kv_eviction``.
+    Every implementation is called, the built-in ``"lfu-leaves"`` first; registering a name again
+    replaces the earlier entry. Collected once, when the handle is built.
+
+    :param register: ``register(name, policy)``; ``policy(nodes, limit, protect)`` gets the
+        fingerprint's :class:`~percache_plugin.kv.eviction.StoredNode` rows and returns the keys
+        to evict (their descendants go with them) so that the rest fits ``limit`` bytes.
     """
 
 

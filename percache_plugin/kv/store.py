@@ -8,7 +8,8 @@ the next lone opener sweeps. Several processes and handles may share a store (``
 IGNORE`` rows; file + row changes under an exclusive file lock). Writes are best-effort: a
 full disk, a read-only database, a directory at a node's path or the K/V folder deleted under
 a live store make ``put`` log, count ``write_errors`` and return False; ``get`` serves K/V
-even when its hit counters cannot be written. Eviction is LFU over leaves, per fingerprint.
+even when its hit counters cannot be written. Eviction follows a policy (:mod:`.eviction`;
+by default LFU over leaves), per fingerprint.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from types import TracebackType
 import torch
 
 from .chunk import ChunkKV, NodeInfo, StoreStats, check_limit, check_node, node_info, plain
+from .eviction import EvictionPolicy, expand_subtrees, lfu_leaves
 from .integrity import (
     FORMAT,
     CorruptNodeError,
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 class KVStore:
     """Chunk-node K/V for one model fingerprint, on disk (``path``) or in memory (None).
 
+    ``eviction`` chooses the nodes to drop when over ``byte_limit`` (default
+    :func:`~.eviction.lfu_leaves`; the ``percache_register_eviction_policies`` hook names more).
     ``storage_dtype`` casts tensors on ``put`` (e.g. bfloat16 halves the bytes); ``get``
     returns the stored dtype and the caller casts back. ``verify`` checks the CRC32 of
     the tensor bytes on every ``get``. All methods are thread-safe; several stores (in
@@ -63,6 +67,7 @@ class KVStore:
         byte_limit: int | None = None,
         storage_dtype: torch.dtype | None = None,
         verify: bool = True,
+        eviction: EvictionPolicy = lfu_leaves,
     ) -> None:
         if not isinstance(fingerprint, str) or not fingerprint:
             raise ValueError(f"fingerprint must be a non-empty string, got {fingerprint!r}")
@@ -71,6 +76,7 @@ class KVStore:
         self.fingerprint = fingerprint
         self.storage_dtype = storage_dtype
         self.verify = verify
+        self.eviction = eviction
         self.write_errors = 0
         self._byte_limit = check_limit(byte_limit)
         self._lock = threading.RLock()
@@ -176,7 +182,7 @@ class KVStore:
         """Store a node; False if ``key`` is already stored, the node exceeds the byte limit,
         or the write failed (logged, counted in ``write_errors``; nothing half-written stays).
 
-        Evicts (LFU leaves) down to the limit afterwards; the new node goes last, and only
+        Evicts (``self.eviction``; by default LFU leaves) down to the limit afterwards; the new node goes last, and only
         if its ancestors alone fill the limit.
         """
         token_hash, extra_json = check_node(key, kv, parent, start, token_ids, extra)
@@ -387,7 +393,10 @@ class KVStore:
     def _evict_to_limit(self, protect: str | None) -> int:
         if self._byte_limit is None:
             return 0
-        victims = self._index.victims(self._byte_limit, protect)
+        nodes = self._index.eviction_nodes()
+        if sum(n.nbytes for n in nodes) <= self._byte_limit:
+            return 0
+        victims = expand_subtrees(self.eviction(nodes, self._byte_limit, protect), nodes)
         if victims:
             log.debug("percache store: evicting %d node(s) to reach %d bytes", len(victims),
                       self._byte_limit)

@@ -8,17 +8,16 @@ processes and handles can share one database.
 
 from __future__ import annotations
 
-import heapq
 import json
 import sqlite3
 import time
-from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from ..sqlite_tx import BUSY_TIMEOUT_S, Schema, connect, transaction
 from .chunk import NodeInfo, StoreStats, node_info
+from .eviction import StoredNode
 
 __all__ = ["DB_NAME", "KV_SCHEMA", "NODE_COLS", "NodeIndex", "is_write_failure", "layout_of",
            "stored_fingerprints"]
@@ -156,32 +155,12 @@ class NodeIndex:
                                    " WHERE fingerprint = ?", (self.fingerprint,)).fetchone()
         return StoreStats(entries, total, *(counters or (0,) * len(_COUNTERS)))
 
-    def victims(self, limit: int, protect: str | None) -> list[str]:
-        """LFU over leaves (fewest hits, then oldest access) until under ``limit`` bytes."""
+    def eviction_nodes(self) -> list[StoredNode]:
+        """Every node of this fingerprint, as an eviction policy sees it."""
         rows = self.db.execute("SELECT key, parent, nbytes, hits, last_access, created"
                                " FROM kv_nodes WHERE fingerprint = ?", (self.fingerprint,)).fetchall()
-        total = sum(r[2] for r in rows)
-        if total <= limit:
-            return []
-        by_key = {r[0]: r for r in rows}
-        n_children = Counter(r[1] for r in rows if r[1] in by_key)
-        heap = [(r[3], r[4], r[5], r[0]) for r in rows
-                if n_children[r[0]] == 0 and r[0] != protect]
-        heapq.heapify(heap)
-        victims: list[str] = []
-        while total > limit and heap:
-            key = heapq.heappop(heap)[3]
-            victims.append(key)
-            total -= by_key[key][2]
-            parent = by_key[key][1]
-            if parent in by_key:
-                n_children[parent] -= 1
-                if n_children[parent] == 0 and parent != protect:
-                    p = by_key[parent]
-                    heapq.heappush(heap, (p[3], p[4], p[5], p[0]))
-        if total > limit and protect is not None and protect in by_key and n_children[protect] == 0:
-            victims.append(protect)  # its own ancestors fill the limit
-        return victims
+        return [StoredNode(str(k), None if p is None else str(p), int(b), int(h), float(a), float(c))
+                for k, p, b, h, a, c in rows]
 
 
 def layout_of(layout_json: str) -> list[tuple[str, str, tuple[int, ...]]] | None:

@@ -2,32 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..config import Config
+from .eviction import BUILTIN_POLICIES, EvictionPolicy
 from .store import KVStore
 
 __all__ = ["FingerprintStores"]
 
 
 class FingerprintStores:
-    """Opens a :class:`KVStore` per fingerprint on first use and applies settings to all."""
+    """Opens a :class:`KVStore` per fingerprint on first use and applies settings to all.
 
-    def __init__(self, path: Path | None) -> None:
+    :param policies: eviction policies by name (the handle's registry); ``Config.kv_eviction``
+        names one.
+    """
+
+    def __init__(self, path: Path | None,
+                 policies: Mapping[str, EvictionPolicy] = BUILTIN_POLICIES) -> None:
         self._path = path
+        self._policies = policies
         self._stores: dict[str, KVStore] = {}
 
     def get(self, fingerprint: str, config: Config) -> KVStore:
         if fingerprint not in self._stores:
             self._stores[fingerprint] = KVStore(
                 self._path, fingerprint=fingerprint, byte_limit=config.kv_byte_limit,
-                storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums)
+                storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums,
+                eviction=self._policies[config.kv_eviction])
         return self._stores[fingerprint]
 
     def configure(self, config: Config, changed: set[str]) -> None:
         """A new byte limit evicts at once; dtype and checksum settings apply to the next I/O."""
         for store in self._stores.values():
-            if "kv_byte_limit" in changed:
+            if "kv_eviction" in changed:
+                store.eviction = self._policies[config.kv_eviction]
+            if "kv_byte_limit" in changed or "kv_eviction" in changed:
                 store.set_byte_limit(config.kv_byte_limit)
             if "storage_dtype" in changed:
                 store.storage_dtype = config.torch_storage_dtype

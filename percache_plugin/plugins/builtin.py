@@ -12,6 +12,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from ..attention.profile import PROFILES, ModelProfile
 from ..hooks.specs import hookimpl
+from ..kv.eviction import BUILTIN_POLICIES, EvictionPolicy
 from ..kv.planner import ReusePlan, longest_cached_prefix, plan_shifted
 from ..kv.recompute import STRATEGIES, RecomputeContext, RecomputeStrategy, parse_strategy
 from ..segments import build_prompt
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from ..segments import Prompt, PromptPiece, Segment
     from ..stats import Generation, GenerationStats
 
-__all__ = ["DefaultAttention", "PromptBuilder", "BuiltinProfiles", "ExactPrefixPlanner", "ConfiguredRecompute", "StoreBackedKV", "RequestLog"]
+__all__ = ["DefaultAttention", "PromptBuilder", "BuiltinProfiles", "ExactPrefixPlanner", "ConfiguredRecompute", "BuiltinEviction",
+           "StoreBackedKV", "RequestLog"]
 
 log = logging.getLogger("percache")
 
@@ -90,6 +92,15 @@ class ConfiguredRecompute:
         self, ctx: EngineContext, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
     ) -> list[int]:
         return parse_strategy(ctx.config.recompute, ctx.recompute_strategies)(context)
+
+
+class BuiltinEviction:
+    """The K/V store's built-in eviction policy, ``"lfu-leaves"`` (:mod:`..kv.eviction`)."""
+
+    @hookimpl(tryfirst=True)
+    def percache_register_eviction_policies(self, register: Callable[[str, EvictionPolicy], None]) -> None:
+        for name, policy in BUILTIN_POLICIES.items():
+            register(name, policy)
 
 
 class StoreBackedKV:

@@ -1,8 +1,9 @@
 """Registries filled through ``percache_register_*`` hooks: recompute strategies, idle task
-kinds, model profiles."""
+kinds, model profiles, K/V eviction policies."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import percache_plugin as percache
 from percache_plugin.attention.profile import ModelProfile
 from percache_plugin.config import ConfigError
 from percache_plugin.core.registry import Registry
+from percache_plugin.kv.eviction import StoredNode, lfu_leaves
 from percache_plugin.kv.recompute import RecomputeStrategy
 from tests.helpers import SEGMENTS, tiny_pair
 
@@ -90,4 +92,45 @@ def test_plugin_model_profile_replaces_the_table_entry() -> None:
     pc = percache.enable(model, tok, plugins=[NoPositions()])
     assert not pc.capabilities.shifted_reuse
     assert "pretend" in pc.capabilities.reasons["shifted_reuse"]
+    pc.close()
+
+
+class NewestFirst:
+    """A third-party K/V eviction policy: the most recently created leaf goes first."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @percache.hookimpl
+    def percache_register_eviction_policies(self, register: Any) -> None:
+        def newest_first(nodes: Sequence[StoredNode], limit: int, protect: str | None) -> list[str]:
+            self.calls += 1
+            parents = {n.parent for n in nodes}
+            leaves = sorted((n for n in nodes if n.key not in parents and n.key != protect),
+                            key=lambda n: -n.created)
+            out, total = [], sum(n.nbytes for n in nodes)
+            for n in leaves:
+                if total <= limit:
+                    break
+                out.append(n.key)
+                total -= n.nbytes
+            return out
+        register("newest-first", newest_first)
+
+
+def test_plugin_eviction_policy_is_used_by_name() -> None:
+    model, tok = tiny_pair("llama")
+    with pytest.raises(ConfigError, match="kv_eviction: unknown eviction policy 'newest-first'"):
+        percache.enable(model, tok, kv_eviction="newest-first")
+    policy = NewestFirst()
+    pc = percache.enable(model, tok, kv_eviction="newest-first", plugins=[policy])
+    assert pc.engine.store.eviction is not lfu_leaves
+    pc.generate(SEGMENTS, max_new_tokens=2)
+    before = pc.engine.store.total_bytes()
+    pc.engine.store.set_byte_limit(before - 1)
+    assert policy.calls == 1 and pc.engine.store.stats().evictions >= 1
+    with pytest.raises(ConfigError, match="unknown eviction policy 'nope'"):
+        pc.configure(kv_eviction="nope")
+    pc.configure(kv_eviction="lfu-leaves")
+    assert pc.engine.store.eviction is lfu_leaves
     pc.close()
