@@ -8,6 +8,7 @@ from typing import Any
 
 import percache_plugin as percache
 from percache_plugin.assistant.ask import segments_for
+from percache_plugin.rag.qa_types import QAEntry
 from tests.helpers import tiny_pair
 
 DOCS = [
@@ -80,6 +81,48 @@ def test_raising_kv_limit_restores_evicted_kv() -> None:
     report = pc.idle()
     assert report.by_kind.get("reprefill", 0) >= 1
     assert pc.kv_cached(segs)
+
+
+QA_PLUGIN = "percache_plugin.plugins.banks:QABankPlugin"
+
+
+class OwnQAStore:
+    """A QA store of its own: one answerless entry; it knows every question."""
+
+    def __init__(self) -> None:
+        self.entry = QAEntry(7, PREDICTED[1], None, "u", (), False, 0, 0.0, 0.0, "predicted", 0)
+        self.asked: list[tuple[Any, Any]] = []
+
+    @percache.hookimpl
+    def percache_qa_entries(self, ctx: Any, scope: Any, question: str | None) -> list[QAEntry]:
+        self.asked.append((scope, question))
+        return [self.entry] if question in (None, self.entry.question) else []
+
+    @percache.hookimpl
+    def percache_qa_known(self, ctx: Any, query: Any, scope: str | None) -> bool:
+        return True
+
+
+def test_maintenance_reads_the_registered_qa_plugin_only() -> None:
+    pc = _pc(similarity_threshold=0.95, population_cutoff=0.9)
+    _populate(pc)
+    pc.idle()  # the built-in bank holds two answerless entries
+    ctx, query = pc.assistant.ctx, pc.assistant.query(PREDICTED[0])
+    assert pc.hooks.qa_known(ctx, query, "u") and not pc.hooks.qa_known(ctx, query, "other")
+    pc.plugins.unregister(name=QA_PLUGIN)
+    pc.configure(similarity_threshold=0.85)  # would decode both entries with the built-in bank
+    assert pc.idle_queue.pending() == [] and not pc.hooks.qa_known(ctx, query, "u")
+    pc.configure(similarity_threshold=0.95)
+    own = OwnQAStore()
+    pc.plugins.register(own)
+    pc.configure(similarity_threshold=0.85)
+    assert [(t.kind, t.question) for t in pc.idle_queue.pending()] == [("decode", PREDICTED[1])]
+    assert pc.hooks.qa_known(ctx, pc.assistant.query("anything at all?"), "u")
+    assert pc.idle_queue.push("reprefill", PREDICTED[1], "u")
+    report = pc.idle()
+    assert report.by_kind == {"decode": 1, "reprefill": 1}
+    assert ("u", PREDICTED[1]) in own.asked  # the re-prefill looked its entry up in the plugin
+    pc.close()
 
 
 def test_background_compute_is_accounted_per_kind() -> None:

@@ -20,6 +20,7 @@ from ..hooks.specs import hookimpl
 from ..idle import IdleReport, IdleTask
 from ..predict.parse import parse_questions
 from ..predict.templates import load_template
+from ..rag.qa_types import ALL_SCOPES
 from ..segments import Segment
 from ..stats import GenerationStats
 from .ask import generate_answer, segments_for
@@ -120,16 +121,16 @@ def queue_conversions(a: Assistant, old: Any, new: Any) -> int:
     """After ``a.configure``: K/V -> QA when tau drops to the cutoff or below (decode answerless
     entries); QA -> K/V when the K/V byte limit grows (re-prefill evicted chunks)."""
     queued = 0
-    bank = a.builtin_qa_bank()
-    if not a.config.use_qa_bank or bank is None:
+    if not a.config.use_qa_bank:
         return 0
+    entries = a.hooks.qa_entries(a.ctx, ALL_SCOPES)
     if population_mode(a) == "full":
-        for e in bank.entries():
+        for e in entries:
             if e.answer is None:
                 queued += a.idle_queue.push("decode", e.question, e.scope)
     grew = new.kv_byte_limit is None or (old.kv_byte_limit is not None and new.kv_byte_limit > old.kv_byte_limit)
     if grew and a.config.use_kv:
-        for e in bank.entries():
+        for e in entries:
             chunks = a.hooks.resolve_chunks(a.ctx, e.sources) if e.sources else None
             if chunks and not a.engine.kv_cached(segments_for(a.config.system_prompt, e.question, chunks)):
                 queued += a.idle_queue.push("reprefill", e.question, e.scope)
@@ -233,18 +234,13 @@ def _predict(a: Assistant, task: IdleTask, report: IdleReport) -> None:
     _account(a, report, task.kind, gen.stats)
     kept: list[str] = []
     vectors: list[np.ndarray] = []
-    bank = a.builtin_qa_bank()
     for q in parse_questions(gen.text, limit=n):
         query = a.query(q)
         vec = query.embedding
         if any(float(vec @ v) >= a.config.similarity_threshold for v in vectors):
             continue  # a near-duplicate of another prediction
-        if a.config.use_qa_bank and bank is not None:
-            best = bank.lookup(q, tau=a.config.similarity_threshold, scope=task.scope,
-                               embedding=vec).best
-            if (best is not None and best.similarity >= a.config.similarity_threshold
-                    and best.guards.get("terms", True)):
-                continue  # the bank already holds it (a person or date swap is a new question)
+        if a.config.use_qa_bank and a.hooks.qa_known(a.ctx, query, task.scope):
+            continue  # the bank already holds it (a person or date swap is a new question)
         kept.append(q)
         vectors.append(vec)
         a.idle_queue.push("populate", q, task.scope)
@@ -272,9 +268,7 @@ def _decode(a: Assistant, task: IdleTask, report: IdleReport) -> None:
 
 
 def _reprefill(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    bank = a.builtin_qa_bank()
-    entries = [] if bank is None else [e for e in bank.entries(scope=task.scope)
-                                       if e.question == task.question]
+    entries = a.hooks.qa_entries(a.ctx, task.scope, task.question)
     chunks = a.hooks.resolve_chunks(a.ctx, entries[0].sources) if entries and entries[0].sources else None
     if chunks:
         pre = a.engine.prefill(segments_for(a.config.system_prompt, task.question, chunks))

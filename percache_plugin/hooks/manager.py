@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
+    from ..rag.qa_types import AllScopes, QAEntry
     from ..segments import Prompt, PromptPiece, Segment
     from ..session.state import Session, Turn
     from ..stats import Generation, GenerationStats
@@ -152,6 +153,15 @@ class Hooks:
                   retrieved: Sequence[str]) -> LookupResult | None:
         return self._hook.percache_qa_lookup(
             ctx=ctx, query=query, scope=scope, retrieved=retrieved)
+
+    def qa_entries(self, ctx: AssistantContext, scope: str | None | AllScopes,
+                   question: str | None = None) -> list[QAEntry]:
+        """Stored QA entries (none when no plugin lists any)."""
+        return list(self._hook.percache_qa_entries(ctx=ctx, scope=scope, question=question) or [])
+
+    def qa_known(self, ctx: AssistantContext, query: Query, scope: str | None) -> bool:
+        """Whether a plugin's QA bank already holds ``query`` (False when no plugin says)."""
+        return bool(self._hook.percache_qa_known(ctx=ctx, query=query, scope=scope))
 
     def qa_store(self, ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,
                  sources: Sequence[str], origin: str = "user") -> None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
+    from ..rag.qa_types import AllScopes, QAEntry
     from ..segments import Prompt, PromptPiece, Segment
     from ..session.state import Session, Turn
     from ..stats import Generation, GenerationStats
@@ -247,6 +248,39 @@ def percache_qa_lookup(
     :param scope: the question's scope; only entries of the same scope may answer it.
     :param retrieved: ids of the chunks retrieved for ``query``.
     :return: the lookup result (its ``match`` is served when not None), or None to defer.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_qa_entries(ctx: AssistantContext, scope: str | None | AllScopes,
+                        question: str | None) -> list[QAEntry] | None:
+    """List stored QA entries for idle maintenance. firstresult.
+
+    The scheduler reads them to queue conversions after ``configure()`` (decode answerless
+    entries, re-prefill evicted chunks) and to re-prefill one question. The default lists the
+    built-in QA bank's entries; with the QA-bank plugin unregistered nothing is listed.
+
+    :param ctx: the assistant context.
+    :param scope: entries of this scope only (``None``: unscoped), or
+        :data:`~percache_plugin.rag.qa_types.ALL_SCOPES` for every scope.
+    :param question: only entries of exactly this question (None: every question).
+    :return: the entries in id order, or None to defer (no plugin: no entries).
+    """
+
+
+@hookspec(firstresult=True)
+def percache_qa_known(ctx: AssistantContext, query: Query, scope: str | None) -> bool | None:
+    """Whether the QA bank already holds ``query`` (a predicted question is then dropped as a
+    duplicate). firstresult.
+
+    The default asks the built-in QA bank for its most similar entry of ``scope``: known when
+    at least ``ctx.config.similarity_threshold`` similar and the key-terms guard agrees (a
+    person or date swap is a new question).
+
+    :param ctx: the assistant context.
+    :param query: the predicted question.
+    :param scope: the question's scope.
+    :return: True (known), False (new), or None to defer (no plugin: new).
     """
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
+    from ..rag.qa_types import AllScopes, QAEntry
 
 __all__ = ["KnowledgeRetrieval", "QABankPlugin", "KNOWLEDGE_PLUGIN", "QA_BANK_PLUGIN"]
 
@@ -97,6 +98,20 @@ class QABankPlugin:
             min_overlap=overlap if overlap is not None else 0.0,
             embedding=query.embedding,
         )
+
+    @hookimpl(trylast=True)
+    def percache_qa_entries(self, ctx: AssistantContext, scope: str | None | AllScopes,
+                            question: str | None) -> list[QAEntry]:
+        entries = self.bank(ctx).entries(scope=scope)
+        return entries if question is None else [e for e in entries if e.question == question]
+
+    @hookimpl(trylast=True)
+    def percache_qa_known(self, ctx: AssistantContext, query: Query, scope: str | None) -> bool:
+        if not ctx.config.use_qa_bank:
+            return False
+        tau = ctx.config.similarity_threshold
+        best = self.bank(ctx).lookup(query.text, tau=tau, scope=scope, embedding=query.embedding).best
+        return best is not None and best.similarity >= tau and bool(best.guards.get("terms", True))
 
     @hookimpl(trylast=True)
     def percache_qa_store(self, ctx: AssistantContext, query: Query, answer: str | None,

@@ -69,6 +69,8 @@ def test_every_hook_is_exercised(tmp_path: Path) -> None:
     pc.ask("When is the rehearsal?", max_new_tokens=2)  # retrieve, qa_lookup (miss), qa_store
     assert pc.hooks.resolve_chunks(pc.assistant.ctx, [c.id for c in report.new_chunks])
     pc.hooks.model_profile(model)
+    pc.configure(similarity_threshold=0.5)  # queue_conversions: qa_entries
+    assert pc.hooks.qa_known(pc.assistant.ctx, pc.assistant.query("When is the rehearsal?"), None)
     # Chat: edit_cache every turn; mask_function every forward; a small budget evicts
     # (select_eviction), masked mode scores turns (turn_relevance).
     pc.configure(session_kv_tokens=90)
