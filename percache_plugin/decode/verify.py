@@ -10,6 +10,10 @@ in one forward, choose each next token exactly as greedy decoding does (processo
 keep the draft tokens up to the first disagreement, and crop the cache back to the kept
 tokens (``cache.crop``). The tokens are those of plain greedy decoding; only the number of
 forwards changes. Sampling is not supported here (the engine then decodes plainly).
+
+Each forward gets the ``position_ids`` generate prepared (extended one by one past the prompt,
+as generate's own loop does): a model that derives positions itself when none are passed
+(RoBERTa's ``padding_idx + 1`` offset) would otherwise see other positions than plain decoding.
 """
 
 from __future__ import annotations
@@ -26,7 +30,18 @@ from .lookup import OUTPUT, Draft, DraftIndex
 from .schedule import DraftSchedule
 from .sources import DraftSource
 
-__all__ = ["DraftedDecoding", "DraftCounts"]
+__all__ = ["DraftedDecoding", "DraftCounts", "extend_positions"]
+
+
+def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
+    """``positions`` (last dimension: sequence) continued one by one up to ``length`` entries,
+    as generate extends ``position_ids`` for each new token."""
+    more = length - positions.shape[-1]
+    if more <= 0:
+        return positions
+    step = torch.arange(1, more + 1, dtype=positions.dtype, device=positions.device)
+    step = step.view(*([1] * (positions.dim() - 1)), -1)
+    return torch.cat([positions, positions[..., -1:] + step], dim=-1)
 
 
 @dataclass
@@ -84,6 +99,7 @@ class DraftedDecoding:
         if cache is None:
             raise ValueError("drafted decoding needs a cache (past_key_values)")
         keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        positions = model_kwargs.get("position_ids")
         max_length = int(stopping_criteria.max_length or generation_config.max_length)
         ids = input_ids
         pending = ids[:, cache.get_seq_length():]
@@ -100,7 +116,11 @@ class DraftedDecoding:
             tokens = draft.tokens if draft is not None else ()
             feed = pending if not tokens else torch.cat(
                 [pending, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
-            extra = {"logits_to_keep": len(tokens) + 1} if keep_arg else {}
+            extra: dict[str, Any] = {"logits_to_keep": len(tokens) + 1} if keep_arg else {}
+            if positions is not None:
+                past = cache.get_seq_length()
+                positions = extend_positions(positions, past + feed.shape[1])
+                extra["position_ids"] = positions[..., past:past + feed.shape[1]]
             out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
             c.forwards += 1
             logits = out.logits[0, -(len(tokens) + 1):].to(dtype=torch.float32)

@@ -158,3 +158,29 @@ def test_chat_turns_draft_from_earlier_replies_and_equal_plain_decoding(eviction
             drafted[name] = drafted.get(name, 0) + n
     assert drafted.get("session", 0) > 0
     pc.close()
+
+
+def test_models_deriving_positions_from_input_ids_get_generates_positions() -> None:
+    """RoBERTa-family causal LMs derive positions from input ids (``padding_idx + 1`` offset)
+    when none are passed; the drafted loop passes generate's own ``position_ids``, so cached
+    first-token logits and greedy tokens equal plain decoding."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests.tokenizer import byte_tokenizer
+
+    config = AutoConfig.for_model(
+        "roberta", vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=1024, is_decoder=True, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    pc = percache.enable(model, byte_tokenizer())
+    plain, first = baseline(model, pc.prompt(SEGMENTS).input_ids, max_new_tokens=6)
+    for _ in range(2):  # chunks computed and stored, then served from the store
+        gen = pc.generate(SEGMENTS, max_new_tokens=6)
+        assert gen.stats.drafting == "on"
+        assert gen.first_logits is not None
+        assert float((gen.first_logits.float() - first).abs().max()) < 1e-4
+        assert gen.token_ids == plain
+    assert gen.stats.tokens_reused > 0
+    pc.close()
