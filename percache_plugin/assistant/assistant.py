@@ -22,8 +22,10 @@ from ..predict.state import PredictionState
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.knowledge import AddReport, KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
-from .ask import Answer, ask
+from .ask import Answer, ask, generate_answer
 from .disputes import correct as correct_entry
+from .disputes import dispute_paraphrases
+from .idle_context import IdleContext
 from .scheduler import (
     BackgroundStats,
     TaskRunner,
@@ -51,6 +53,13 @@ class Assistant:
         self.task_runners: Registry[TaskRunner] = Registry("idle task kind")
         engine.hooks.register_idle_tasks(self.task_runners.register)
         self.ctx = AssistantContext(engine.ctx, lambda: self.embedder, lambda: self.idle_queue)
+        self.idle_context = IdleContext(
+            self.ctx, generate=engine.generate, prefill=engine.prefill, tokenizer=engine.tokenizer,
+            n_parameters=engine.n_parameters, prediction_state=lambda: self.prediction_state,
+            answer=lambda query, scope, **kw: generate_answer(self, query, scope, **kw),
+            served_paraphrases=self._served_paraphrases,
+            dispute=lambda entry: len(dispute_paraphrases(self, entry, include_self=True)),
+            background_stats=self.background_stats)
 
     @property
     def config(self) -> Any:
@@ -70,6 +79,13 @@ class Assistant:
     def query(self, text: str) -> Query:
         """A question that embeds itself once, with the banks' embedder."""
         return self.ctx.query(text)
+
+    def _served_paraphrases(self, query: Query, scope: str | None) -> list[QAEntry]:
+        bank = self.builtin_qa_bank()
+        if bank is None:
+            return []
+        return [m.entry for m in bank.similar(query.text, tau=self.config.similarity_threshold,
+                                              scope=scope, embedding=query.embedding)]
 
     def _builtin(self, name: str) -> Any:
         return self.engine.plugins.get_plugin(name)

@@ -23,11 +23,13 @@ from ..predict.templates import load_template
 from ..rag.qa_types import ALL_SCOPES
 from ..segments import Segment
 from ..stats import GenerationStats
-from .ask import generate_answer, segments_for
-from .disputes import contradicts, dispute_paraphrases
+from .ask import segments_for
+from .disputes import contradicts
 
 if TYPE_CHECKING:
+    from ..hooks.contexts import AssistantContext
     from .assistant import Assistant
+    from .idle_context import IdleContext
 
 __all__ = ["BUILTIN_TASKS", "BuiltinIdleTasks", "TaskRunner", "BackgroundStats", "TaskCost", "Preempted",
            "run_idle", "population_mode", "round_seed", "queue_conversions", "after_documents",
@@ -67,7 +69,7 @@ class BackgroundStats:
         return t
 
 
-def population_mode(a: Assistant) -> str:
+def population_mode(a: Assistant | AssistantContext) -> str:
     """``"prefill"`` when tau is above the cutoff (QA hits will be rare: store only chunk K/V and
     an answerless entry), else ``"full"`` (decode the answer too)."""
     return "prefill" if a.config.similarity_threshold > a.config.population_cutoff else "full"
@@ -138,11 +140,11 @@ def queue_conversions(a: Assistant, old: Any, new: Any) -> int:
 
 
 # -- task runners ------------------------------------------------------------------------------
-def _account(a: Assistant, report: IdleReport, kind: str, stats: GenerationStats | None) -> None:
+def _account(c: IdleContext, report: IdleReport, kind: str, stats: GenerationStats | None) -> None:
     if stats is None:
         return
-    cost = a.background_stats.by_kind.setdefault(kind, TaskCost())
-    flops = 2.0 * a.engine.n_parameters * (stats.tokens_computed + stats.new_tokens)
+    cost = c.background_stats.by_kind.setdefault(kind, TaskCost())
+    flops = 2.0 * c.n_parameters * (stats.tokens_computed + stats.new_tokens)
     cost.prefill_tokens += stats.tokens_computed
     cost.decode_tokens += stats.new_tokens
     cost.flops += flops
@@ -151,26 +153,26 @@ def _account(a: Assistant, report: IdleReport, kind: str, stats: GenerationStats
     report.flops += flops
 
 
-def _abstract(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    state = a.prediction_state
+def _abstract(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
+    state = c.prediction_state
     pending = state.pending(task.scope)
     if not pending:
         return
-    picked = spread(pending, a.config.abstract_max_chunks)
-    instruction = load_template("abstract", a.config.prompt_dir)
+    picked = spread(pending, c.ctx.config.abstract_max_chunks)
+    instruction = load_template("abstract", c.ctx.config.prompt_dir)
     notes = [state.abstract(task.scope)] if state.abstract(task.scope) else []
-    step = a.config.abstract_batch_chunks
+    step = c.ctx.config.abstract_batch_chunks
     for i in range(0, len(picked), step):
-        chunks = a.hooks.resolve_chunks(a.ctx, picked[i:i + step])
+        chunks = c.ctx.hooks.resolve_chunks(c.ctx, picked[i:i + step])
         if chunks is None:
             continue  # no plugin knows these chunks any more
         segs = [Segment(_ABSTRACT_SYSTEM, "system"), *(Segment(c.text, "chunk", id=c.id) for c in chunks),
                 Segment(instruction, "query")]
-        gen = a.engine.generate(segs, max_new_tokens=a.config.background_max_new_tokens, do_sample=False)
-        _account(a, report, "abstract", gen.stats)
+        gen = c.generate(segs, max_new_tokens=c.ctx.config.background_max_new_tokens, do_sample=False)
+        _account(c, report, "abstract", gen.stats)
         notes.append(gen.text.strip())
     words = " ".join(notes).split()
-    state.set_abstract(task.scope, " ".join(words[-a.config.abstract_max_words:]))
+    state.set_abstract(task.scope, " ".join(words[-c.ctx.config.abstract_max_words:]))
     state.clear_pending(task.scope, pending)
 
 
@@ -198,99 +200,97 @@ class _StopAtBlankLine(StoppingCriteria):
                           device=input_ids.device)
 
 
-def _knowledge_source(a: Assistant, task: IdleTask) -> tuple[str, bool]:
+def _knowledge_source(c: IdleContext, task: IdleTask) -> tuple[str, bool]:
     """The note a knowledge prediction asks about (``""`` if it is gone), and whether this
     round samples (later rounds) rather than decoding greedily (the first)."""
     if not task.question.startswith(CHUNK_TASK):  # an older queue entry: the abstract
-        return a.prediction_state.abstract(task.scope), True
+        return c.prediction_state.abstract(task.scope), True
     cid, _, later = task.question[len(CHUNK_TASK):].partition(" round ")
-    chunks = a.hooks.resolve_chunks(a.ctx, (cid,))
+    chunks = c.ctx.hooks.resolve_chunks(c.ctx, (cid,))
     return (chunks[0].text if chunks else ""), bool(later)
 
 
-def _predict(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    n = a.config.prediction_stride
+def _predict(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
+    n = c.ctx.config.prediction_stride
     if task.kind == "predict_knowledge":
-        source, sample = _knowledge_source(a, task)
-        template = load_template("knowledge_questions", a.config.prompt_dir)
+        source, sample = _knowledge_source(c, task)
+        template = load_template("knowledge_questions", c.ctx.config.prompt_dir)
         prompt = template.format_map({"note": source, "abstract": source, "n": n})
     else:
-        recent = a.prediction_state.history(task.scope)[-5:]
+        recent = c.prediction_state.history(task.scope)[-5:]
         source, sample = "\n".join(recent), True
-        prompt = load_template("history_questions", a.config.prompt_dir).format(history=source, n=n)
+        prompt = load_template("history_questions", c.ctx.config.prompt_dir).format(history=source, n=n)
     if not source:
         return
     segments = [Segment(_PREDICT_SYSTEM, "system"), Segment(prompt, "query")]
-    max_new = min(a.config.background_max_new_tokens * 2, 16 * n + 8)  # ~16 tokens a question
-    stop = StoppingCriteriaList([_StopAtBlankLine(a.engine.tokenizer)])
+    max_new = min(c.ctx.config.background_max_new_tokens * 2, 16 * n + 8)  # ~16 tokens a question
+    stop = StoppingCriteriaList([_StopAtBlankLine(c.tokenizer)])
     if sample:  # each round samples differently (seeded, so runs repeat)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(round_seed(task, source))
-            gen = a.engine.generate(segments, max_new_tokens=max_new, do_sample=True,
+            gen = c.generate(segments, max_new_tokens=max_new, do_sample=True,
                                     temperature=0.8, top_p=0.95, stopping_criteria=stop)
     else:
-        gen = a.engine.generate(segments, max_new_tokens=max_new, do_sample=False,
+        gen = c.generate(segments, max_new_tokens=max_new, do_sample=False,
                                 stopping_criteria=stop)
-    _account(a, report, task.kind, gen.stats)
+    _account(c, report, task.kind, gen.stats)
     kept: list[str] = []
     vectors: list[np.ndarray] = []
     for q in parse_questions(gen.text, limit=n):
-        query = a.query(q)
+        query = c.ctx.query(q)
         vec = query.embedding
-        if any(float(vec @ v) >= a.config.similarity_threshold for v in vectors):
+        if any(float(vec @ v) >= c.ctx.config.similarity_threshold for v in vectors):
             continue  # a near-duplicate of another prediction
-        if a.config.use_qa_bank and a.hooks.qa_known(a.ctx, query, task.scope):
+        if c.ctx.config.use_qa_bank and c.ctx.hooks.qa_known(c.ctx, query, task.scope):
             continue  # the bank already holds it (a person or date swap is a new question)
         kept.append(q)
         vectors.append(vec)
-        a.idle_queue.push("populate", q, task.scope)
+        c.ctx.idle_queue.push("populate", q, task.scope)
     report.predicted.extend(kept)
 
 
-def _populate(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    full = population_mode(a) == "full" or not a.config.use_kv
-    query = a.query(task.question)
-    if full and a.config.use_qa_bank:
-        ans = generate_answer(a, query, task.scope, origin="predicted",
-                              max_new_tokens=a.config.background_max_new_tokens)
-        _account(a, report, "populate", ans.stats)
+def _populate(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
+    full = population_mode(c.ctx) == "full" or not c.ctx.config.use_kv
+    query = c.ctx.query(task.question)
+    if full and c.ctx.config.use_qa_bank:
+        ans = c.answer(query, task.scope, origin="predicted",
+                              max_new_tokens=c.ctx.config.background_max_new_tokens)
+        _account(c, report, "populate", ans.stats)
         return
-    chunks = a.hooks.retrieve(a.ctx, query, a.config.top_k, task.scope)
-    pre = a.engine.prefill(segments_for(a.config.system_prompt, task.question, chunks))
-    _account(a, report, "populate", pre.stats)
-    a.hooks.qa_store(a.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
+    chunks = c.ctx.hooks.retrieve(c.ctx, query, c.ctx.config.top_k, task.scope)
+    pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks))
+    _account(c, report, "populate", pre.stats)
+    c.ctx.hooks.qa_store(c.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
 
 
-def _decode(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    ans = generate_answer(a, a.query(task.question), task.scope, origin="predicted",
-                          max_new_tokens=a.config.background_max_new_tokens)
-    _account(a, report, task.kind, ans.stats)
+def _decode(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
+    ans = c.answer(c.ctx.query(task.question), task.scope, origin="predicted",
+                          max_new_tokens=c.ctx.config.background_max_new_tokens)
+    _account(c, report, task.kind, ans.stats)
 
 
-def _reprefill(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    entries = a.hooks.qa_entries(a.ctx, task.scope, task.question)
-    chunks = a.hooks.resolve_chunks(a.ctx, entries[0].sources) if entries and entries[0].sources else None
+def _reprefill(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
+    entries = c.ctx.hooks.qa_entries(c.ctx, task.scope, task.question)
+    chunks = c.ctx.hooks.resolve_chunks(c.ctx, entries[0].sources) if entries and entries[0].sources else None
     if chunks:
-        pre = a.engine.prefill(segments_for(a.config.system_prompt, task.question, chunks))
-        _account(a, report, task.kind, pre.stats)
+        pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks))
+        _account(c, report, task.kind, pre.stats)
 
 
-def _answer(a: Assistant, task: IdleTask, report: IdleReport) -> None:
+def _answer(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     """The question's own answer. For a question served from the QA bank, an answer that
     contradicts the one served puts both, and their paraphrases, out of service until resolved."""
-    bank = a.builtin_qa_bank()
-    query = a.query(task.question)
-    served = [] if bank is None or task.kind != "answer" else [
-        m.entry for m in bank.similar(task.question, tau=a.config.similarity_threshold,
-                                      scope=task.scope, embedding=query.embedding)
-        if m.entry.question.strip().lower() != task.question.strip().lower()]
-    ans = generate_answer(a, query, task.scope, max_new_tokens=a.config.background_max_new_tokens)
-    _account(a, report, task.kind, ans.stats)
+    query = c.ctx.query(task.question)
+    served = [] if task.kind != "answer" else [
+        e for e in c.served_paraphrases(query, task.scope)
+        if e.question.strip().lower() != task.question.strip().lower()]
+    ans = c.answer(query, task.scope, max_new_tokens=c.ctx.config.background_max_new_tokens)
+    _account(c, report, task.kind, ans.stats)
     if served and served[0].origin != "corrected" and contradicts(served[0].answer, ans.text):
-        report.disputed += len(dispute_paraphrases(a, served[0], include_self=True))
+        report.disputed += c.dispute(served[0])
 
 
-TaskRunner = Callable[["Assistant", IdleTask, IdleReport], None]
+TaskRunner = Callable[["IdleContext", IdleTask, IdleReport], None]
 
 BUILTIN_TASKS: dict[str, TaskRunner] = {
     "answer": _answer, "refresh": _answer, "abstract": _abstract,
@@ -314,7 +314,7 @@ def run_task(a: Assistant, task: IdleTask, report: IdleReport) -> None:
         log.warning("percache: dropping idle task of unregistered kind %r", task.kind)
         a.idle_queue.done(task)
         return
-    a.task_runners[task.kind](a, task, report)
+    a.task_runners[task.kind](a.idle_context, task, report)
     a.idle_queue.done(task)
     cost = a.background_stats.by_kind.setdefault(task.kind, TaskCost())
     cost.tasks += 1

@@ -360,9 +360,10 @@ def percache_register_idle_tasks(register: Callable[[str, Any], None]) -> None:
     ``populate``, ``decode``, ``reprefill``); a later entry of a kind replaces it. Tasks of a
     registered kind can be queued with ``pc.idle_queue.push(kind, question, scope)``.
 
-    :param register: ``register(kind, runner)``; ``runner(assistant, task, report)`` runs one
-        :class:`~percache_plugin.idle.IdleTask` (``assistant.engine.generate``, ``assistant.hooks``,
-        ``assistant.ctx``) and adds what it computed to the
+    :param register: ``register(kind, runner)``; ``runner(ctx, task, report)`` runs one
+        :class:`~percache_plugin.idle.IdleTask` with an
+        :class:`~percache_plugin.assistant.idle_context.IdleContext` (``ctx.generate``,
+        ``ctx.prefill``, ``ctx.answer``, ``ctx.ctx.hooks``) and adds what it computed to the
         :class:`~percache_plugin.idle.IdleReport`; raising
         :class:`~percache_plugin.core.preemption.Preempted` leaves the task queued.
     """

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import percache_plugin as percache
+from percache_plugin.assistant.idle_context import IdleContext
 from percache_plugin.attention.profile import ModelProfile
 from percache_plugin.config import ConfigError
 from percache_plugin.core.registry import Registry
@@ -61,7 +62,8 @@ class Tally:
 
     @percache.hookimpl
     def percache_register_idle_tasks(self, register: Any) -> None:
-        def tally(assistant: Any, task: Any, report: Any) -> None:
+        def tally(ctx: Any, task: Any, report: Any) -> None:
+            self.ctx = ctx
             self.ran.append(task.question)
         register("tally", tally)
 
@@ -75,6 +77,9 @@ def test_plugin_idle_task_kind_runs() -> None:
         pc.idle_queue.push("nope", "x", None)
     report = pc.idle()
     assert tally.ran == ["count me"] and report.by_kind == {"tally": 1}
+    # A runner gets the narrow idle context, not the assistant or the handle.
+    assert isinstance(tally.ctx, IdleContext) and not hasattr(tally.ctx, "engine")
+    assert tally.ctx.ctx is pc.assistant.ctx and tally.ctx.ctx.config is pc.config
     pc.close()
 
 
