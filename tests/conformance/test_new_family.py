@@ -10,6 +10,8 @@ from types import ModuleType
 import pytest
 
 import percache_plugin as percache
+from percache_plugin import hookimpl
+from percache_plugin.attention.profile import ModelProfile
 from percache_plugin.conformance import FAIL, PASS, SuiteOptions, byte_tokenizer, run_suite
 from tests.conformance.helpers import TINY_GLM4, by_name, from_config, install_entry_point
 
@@ -35,11 +37,30 @@ def load_plugin(tmp_path: Path) -> ModuleType:
     return module
 
 
-def test_guessed_profile_fails_the_rope_check() -> None:
+class WrongLayout:
+    """Declares GLM-4 rotate-half: a declared profile is trusted, so only the suite can catch it."""
+
+    @hookimpl
+    def percache_model_profile(self, model: object) -> ModelProfile | None:
+        if model.config.model_type != "glm4":  # type: ignore[attr-defined]
+            return None
+        return ModelProfile("glm4", "rope", rotate="half")
+
+
+def test_guessed_profile_is_probed_and_passes() -> None:
+    # An unknown family's layout is probed with a forward (attention/rope_verify.py): GLM-4's
+    # interleaved pairs are found without a plugin.
     report = run_suite(from_config("glm4", **TINY_GLM4), byte_tokenizer(), checks=SHIFT_CHECKS)
     result = by_name(report)["rope_shift"]
+    assert result.status == PASS and "interleaved" in result.outcome.message
+
+
+def test_wrongly_declared_profile_fails_the_rope_check() -> None:
+    report = run_suite(from_config("glm4", **TINY_GLM4), byte_tokenizer(), checks=SHIFT_CHECKS,
+                       options=SuiteOptions(plugins=(WrongLayout(),)))
+    result = by_name(report)["rope_shift"]
     assert result.status == FAIL
-    assert "guessed" in result.outcome.message and "layout ('half')" in result.outcome.message
+    assert "layout ('half')" in result.outcome.message
 
 
 def test_docs_plugin_through_entry_point_makes_everything_pass(
