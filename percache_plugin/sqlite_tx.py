@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from .filemodes import FILE_MODE, private_file, tighten
 
-__all__ = ["BUSY_TIMEOUT_S", "Schema", "apply_schema", "connect", "transaction"]
+__all__ = ["BUSY_TIMEOUT_S", "Database", "Schema", "apply_schema", "connect", "transaction"]
 
 BUSY_TIMEOUT_S = 30.0
 _REGISTRY = """
@@ -94,3 +94,15 @@ def transaction(db: sqlite3.Connection) -> Iterator[None]:
             db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+
+
+class Database:
+    """Base of the classes that own one connection: ``tx()`` is a write transaction."""
+
+    db: sqlite3.Connection
+
+    def tx(self) -> AbstractContextManager[None]:
+        return transaction(self.db)
+
+    def close(self) -> None:
+        self.db.close()

@@ -12,10 +12,9 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 
-from ..sqlite_tx import BUSY_TIMEOUT_S, Schema, connect, transaction
+from ..sqlite_tx import BUSY_TIMEOUT_S, Database, Schema, connect
 from .chunk import NodeInfo, StoreStats, node_info
 from .eviction import StoredNode
 
@@ -45,7 +44,7 @@ CREATE TABLE IF NOT EXISTS kv_counters (
 NODE_COLS = "key, parent, n_tokens, start, nbytes, hits, token_hash, created, last_access, extra"
 
 
-class NodeIndex:
+class NodeIndex(Database):
     """The rows of one fingerprint in the store's database (``path`` None: in memory).
     Not thread-safe by itself: the store serializes calls."""
 
@@ -64,12 +63,6 @@ class NodeIndex:
         except BaseException:
             self.db.close()
             raise
-
-    def tx(self) -> AbstractContextManager[None]:
-        return transaction(self.db)
-
-    def close(self) -> None:
-        self.db.close()
 
     # -- rows ----------------------------------------------------------------------------
     def row(self, key: str, cols: str) -> tuple | None:

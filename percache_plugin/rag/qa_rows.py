@@ -17,14 +17,13 @@ import logging
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from percache_plugin.rag.qa_types import QAEntry
-from percache_plugin.sqlite_tx import Schema, connect, transaction
+from percache_plugin.sqlite_tx import Database, Schema, connect
 
 __all__ = ["ENTRY_OVERHEAD", "QARows", "RowInfo", "SCHEMA"]
 
@@ -104,7 +103,7 @@ def _entry(row: tuple[object, ...]) -> QAEntry:
     )
 
 
-class QARows:
+class QARows(Database):
     """The ``qa_*`` tables of one database file (``None``: in memory). Not thread-safe:
     the bank serializes calls with its lock."""
 
@@ -126,12 +125,6 @@ class QARows:
         except BaseException:
             self.db.close()
             raise
-
-    def tx(self) -> AbstractContextManager[None]:
-        return transaction(self.db)
-
-    def close(self) -> None:
-        self.db.close()
 
     # -- meta ----------------------------------------------------------------------------
 
