@@ -9,7 +9,8 @@ IGNORE`` rows; file + row changes under an exclusive file lock). Writes are best
 full disk, a read-only database, a directory at a node's path or the K/V folder deleted under
 a live store make ``put`` log, count ``write_errors`` and return False; ``get`` serves K/V
 even when its hit counters cannot be written. Eviction follows a policy (:mod:`.eviction`;
-by default LFU over leaves), per fingerprint.
+by default LFU over leaves), per fingerprint. The tensors themselves live in a backend
+(:mod:`.node_backends`: memory or files); this module keeps rows, limits and counters.
 """
 
 from __future__ import annotations
@@ -26,13 +27,8 @@ import torch
 
 from .chunk import ChunkKV, NodeInfo, StoreStats, check_limit, check_node, node_info, plain
 from .eviction import EvictionPolicy, expand_subtrees, lfu_leaves
-from .integrity import (
-    FORMAT,
-    CorruptNodeError,
-    TensorSpec,
-    checksum_tensors,
-    hash_token_ids,
-)
+from .integrity import CorruptNodeError, TensorSpec, checksum_tensors, hash_token_ids
+from .node_backends import FileNodes, MemoryNodes, NodeBackend, NodeRow
 from .node_files import NodeFiles
 from .store_index import (
     DB_NAME,
@@ -81,24 +77,19 @@ class KVStore:
         self._byte_limit = check_limit(byte_limit)
         self._lock = threading.RLock()
         self._closed = False
-        self._memory: dict[str, ChunkKV] | None = None
-        self._files: NodeFiles | None = None
         self._listeners: list[Callable[[str], None]] = []
-        self.path: Path | None = None
-        if path is None:
-            self._memory = {}
-        else:
-            self.path = Path(path).expanduser()
-            self._files = NodeFiles(self.path, fingerprint)
+        self.path = None if path is None else Path(path).expanduser()
+        files = None if self.path is None else NodeFiles(self.path, fingerprint)
         try:
             self._index = NodeIndex(None if self.path is None else self.path / DB_NAME, fingerprint)
         except BaseException:
-            if self._files is not None:
-                self._files.close()
+            if files is not None:
+                files.close()
             raise
+        self._nodes: NodeBackend = MemoryNodes(self._index) if files is None else FileNodes(self._index, files)
         try:
-            if self._files is not None:
-                self._files.open_shared(self._index.all_rows, self._index.delete_any)
+            if files is not None:
+                files.open_shared(self._index.all_rows, self._index.delete_any)
         except BaseException:
             self.close()
             raise
@@ -120,17 +111,7 @@ class KVStore:
         if not keys:
             return True
         try:
-            if self._memory is not None:
-                self._index.delete(keys, **deltas)
-                for k in keys:
-                    self._memory.pop(k, None)
-                self._notify(keys)
-                return True
-            files = self._files
-            assert files is not None
-            with files.write_lock:
-                self._index.delete(keys, **deltas)
-                files.unlink(keys, lambda k, exc: self._failed(f"removing {files.file(k)}", exc))
+            self._nodes.remove(keys, deltas, lambda what, exc: self._failed(f"removing {what}", exc))
             self._notify(keys)
             return True
         except Exception as exc:
@@ -194,7 +175,7 @@ class KVStore:
             if parent is not None and self._index.reaches(parent, key):
                 raise ValueError(f"parent {parent!r} descends from {key!r}: would form a cycle")
             chunk = kv if self.storage_dtype is None else kv.to(self.storage_dtype)
-            own = self._memory is not None  # the dict keeps them: never alias the caller's
+            own = self._nodes.owns_copies  # kept as they are: never alias the caller's
             tensors = {f"k.{i}": plain(t, own) for i, t in enumerate(chunk.keys)}
             tensors.update({f"v.{i}": plain(t, own) for i, t in enumerate(chunk.values)})
             tensor_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -205,10 +186,9 @@ class KVStore:
             layout: list[TensorSpec] = [(n, str(t.dtype), tuple(t.shape)) for n, t in tensors.items()]
             # In memory nothing can rot between put and get: skip the CRC there.
             checksum = "none" if own else checksum_tensors(tensors.values())
-            row = (parent, n_ids, start, token_hash, checksum, json.dumps(layout), extra_json)
+            row: NodeRow = (parent, n_ids, start, token_hash, checksum, json.dumps(layout), extra_json)
             try:
-                inserted = (self._put_memory(key, chunk, tensors, tensor_bytes, row) if own
-                            else self._put_file(key, tensors, layout, row))
+                inserted = self._nodes.store(key, chunk, tensors, tensor_bytes, layout, row)
             except Exception as exc:
                 if not is_write_failure(exc):
                     raise
@@ -219,30 +199,6 @@ class KVStore:
             self._notify([key])
             self._evict_to_limit(protect=key)
             return self._index.row(key, "1") is not None
-
-    def _put_memory(self, key: str, chunk: ChunkKV, tensors: dict[str, torch.Tensor],
-                    nbytes: int, row: tuple) -> bool:
-        assert self._memory is not None
-        self._memory[key] = ChunkKV(
-            tuple(tensors[f"k.{i}"] for i in range(len(chunk.keys))),
-            tuple(tensors[f"v.{i}"] for i in range(len(chunk.values))))
-        parent, n_ids, start, token_hash, checksum, layout, extra = row
-        try:
-            return self._index.insert(key, parent, n_ids, start, nbytes, token_hash, checksum,
-                                      layout, extra)
-        except BaseException:
-            self._memory.pop(key, None)
-            raise
-
-    def _put_file(self, key: str, tensors: dict[str, torch.Tensor], layout: list[TensorSpec],
-                  row: tuple) -> bool:
-        assert self._files is not None
-        parent, n_ids, start, token_hash, checksum, layout_json, extra = row
-        meta = {**self._file_metadata(key, token_hash, start, n_ids, checksum), "dtype": layout[0][1]}
-        return self._files.store(
-            key, tensors, meta, exists=lambda: self._index.row(key, "1") is not None,
-            insert=lambda nbytes: self._index.insert(key, parent, n_ids, start, nbytes, token_hash,
-                                                     checksum, layout_json, extra))
 
     def get(self, key: str, *, token_ids: Sequence[int] | None = None) -> ChunkKV | None:
         """The node's K/V (a fresh copy, stored dtype, CPU), or None on a miss.
@@ -266,8 +222,11 @@ class KVStore:
             if layout is None:
                 self._reject(key, "its database row holds a corrupt tensor layout")
                 return None
-            kv = self._load(key, layout, token_hash, checksum, start, n_tokens)
-            if kv is None:
+            try:
+                kv = self._nodes.load(key, layout, (None, n_tokens, start, token_hash, checksum,
+                                                    layout_json, ""), verify=self.verify)
+            except CorruptNodeError as exc:
+                self._reject(key, str(exc))
                 return None
             try:
                 self._index.touch(key, nbytes)
@@ -276,27 +235,6 @@ class KVStore:
                     raise
                 self._failed("counting a hit", exc)
             return kv
-
-    def _load(self, key: str, layout: list[TensorSpec], token_hash: str, checksum: str,
-              start: int, n_tokens: int) -> ChunkKV | None:
-        if self._memory is not None:
-            stored = self._memory.get(key)
-            if stored is None:
-                self._reject(key, "tensors missing from memory")
-                return None
-            return ChunkKV(tuple(t.clone() for t in stored.keys),
-                           tuple(t.clone() for t in stored.values))
-        assert self._files is not None
-        meta = self._file_metadata(key, token_hash, start, n_tokens, checksum)
-        try:
-            tensors = self._files.read(key, expected_metadata=meta, layout=layout,
-                                       checksum=checksum if self.verify else None)
-        except CorruptNodeError as exc:
-            self._reject(key, str(exc))
-            return None
-        n_layers = sum(1 for n, _, _ in layout if n.startswith("k."))
-        return ChunkKV(tuple(tensors[f"k.{i}"] for i in range(n_layers)),
-                       tuple(tensors[f"v.{i}"] for i in range(n_layers)))
 
     def contains(self, key: str) -> bool:
         """Whether this fingerprint has ``key`` (metadata only; the file is not checked)."""
@@ -368,8 +306,7 @@ class KVStore:
                 return
             self._closed = True
             self._index.close()
-            if self._files is not None:
-                self._files.close()
+            self._nodes.close()
 
     def __enter__(self) -> KVStore:
         return self
@@ -383,12 +320,6 @@ class KVStore:
         return f"KVStore({where!r}, fingerprint={self.fingerprint!r}, byte_limit={self._byte_limit})"
 
     # -- internals -----------------------------------------------------------------------
-
-    def _file_metadata(self, key: str, token_hash: str, start: int, n_tokens: int,
-                       checksum: str) -> dict[str, str]:
-        return {"format": FORMAT, "fingerprint": self.fingerprint, "key": key,
-                "token_hash": token_hash, "start": str(start), "n_tokens": str(n_tokens),
-                "checksum": checksum}
 
     def _evict_to_limit(self, protect: str | None) -> int:
         if self._byte_limit is None:
