@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import torch
 
-from .rag.guards import DEFAULT_MIN_OVERLAP, DEFAULT_TAU
+from .rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_MIN_OVERLAP, DEFAULT_TAU, MEANING_GUARDS
 
 __all__ = ["Config", "ConfigError", "check_store_path"]
 
@@ -165,6 +165,16 @@ class Config:
         "Retrieval-consistency guard: the least share of a stored answer's source chunks "
         "that must be among the chunks retrieved for the new question; None turns it off.",
         DEFAULT_MIN_OVERLAP,
+    )
+    meaning_guards: tuple[str, ...] = _help(
+        "QA-bank meaning guards that must pass before a stored answer is served for another "
+        "question: 'polarity' (negated or not), 'antonym' (a word swapped for its opposite), "
+        "'qtype' (another kind of answer asked for), 'object' (another event or object), "
+        "'words' (content-word overlap; off by default: it costs paraphrase hits). () turns "
+        "them all off. A refusal is named in Answer.rejected_by; a hit served while a guard "
+        "is off that it would have refused is counted in qa_bank.stats() "
+        "('served_with_guard_off'). See docs/BENCHMARKS.md, 'QA bank: opposite meanings'.",
+        tuple(g for g in MEANING_GUARDS if g in DEFAULT_MEANING_GUARDS),
     )
     qa_byte_limit: int | None = _help("Byte limit of the QA bank (LFU eviction).", 100 * 2**20)
     use_qa_bank: bool = _help("Answer from the QA bank when a stored question matches.", True)
@@ -331,6 +341,19 @@ class Config:
             raise ConfigError(f"qa_byte_limit must be a positive int or None, got {self.qa_byte_limit!r}")
         self._check_session()
         self._check_drafting()
+        self._check_meaning_guards()
+
+    def _check_meaning_guards(self) -> None:
+        guards = self.meaning_guards
+        if isinstance(guards, str) or not isinstance(guards, (tuple, list)):
+            raise ConfigError("meaning_guards must be a sequence of guard names (() for none), "
+                              f"got {guards!r}; known: {MEANING_GUARDS}")
+        unknown = [g for g in guards if g not in MEANING_GUARDS]
+        if unknown:
+            raise ConfigError(f"meaning_guards: unknown guard {unknown[0]!r}; known: {MEANING_GUARDS}")
+        if len(set(guards)) != len(guards):
+            raise ConfigError(f"meaning_guards names a guard twice: {guards!r}")
+        self.meaning_guards = tuple(guards)
 
     def _check_session(self) -> None:
         budget = self.session_kv_tokens

@@ -96,7 +96,7 @@ class QABankPlugin:
             query.text, tau=ctx.config.similarity_threshold, scope=scope,
             retrieved=None if overlap is None else list(retrieved),
             min_overlap=overlap if overlap is not None else 0.0,
-            embedding=query.embedding,
+            meaning=ctx.config.meaning_guards, embedding=query.embedding,
         )
 
     @hookimpl(trylast=True)

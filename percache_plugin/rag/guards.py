@@ -175,11 +175,14 @@ class Verdict:
 
     ``guards`` maps each guard checked to whether it passed, plus ``"overlap"`` (the
     consistency value) when retrieval was given; ``rejected_by`` is the first failed
-    guard, or ``None`` when the candidate may be served.
+    guard, or ``None`` when the candidate may be served. ``off_failed``: the meaning guards
+    that were switched off and would have refused the candidate (reported in the QA bank's
+    stats when it is served, so switching a guard off is never silent).
     """
 
     guards: Mapping[str, bool | float]
     rejected_by: str | None
+    off_failed: tuple[str, ...] = ()
 
 
 def judge(
@@ -193,12 +196,14 @@ def judge(
     min_overlap: float,
     terms: bool | None = None,
     meaning: Mapping[str, bool] | None = None,
+    off_failed: Collection[str] = (),
 ) -> Verdict:
     """Run every guard on one in-scope candidate (see the module docstring).
 
     :param terms: result of :func:`terms_agree` for the two questions; ``None``: the
         key-terms guard is off.
     :param meaning: results of the meaning guards that ran (``meaning.meaning_checks``).
+    :param off_failed: meaning guards switched off that the candidate fails (reported only).
     """
     guards: dict[str, bool | float] = {
         "threshold": bool(similarity >= tau),
@@ -215,4 +220,4 @@ def judge(
         guards["overlap"] = overlap
         guards["consistency"] = bool(overlap >= min_overlap)
     failed = next((r for r in REASONS if guards.get(_GUARD_KEY.get(r, r)) is False), None)
-    return Verdict(MappingProxyType(guards), failed)
+    return Verdict(MappingProxyType(guards), failed, tuple(off_failed))

@@ -29,6 +29,7 @@ import numpy as np
 from percache_plugin.rag.guards import (
     DEFAULT_MEANING_GUARDS,
     DEFAULT_MIN_OVERLAP,
+    MEANING_GUARDS,
     REASONS,
     check_meaning,
     check_min_overlap,
@@ -151,6 +152,8 @@ class QABank(QABankBase):
                         self._counters["write_errors"] += 1
                         log.warning("percache QA bank: counting a hit failed (%s)", exc)
                     self._counters["hits"] += 1
+                    for guard in served[2].off_failed:
+                        self._counters[f"off_failed_{guard}"] += 1
                     return LookupResult(match, first if len(judged) > 1 else match, None)
             # Never "scope": that would tell the caller what another scope holds.
             reason = judged[0][2].rejected_by if judged and first is not None else None
@@ -211,7 +214,8 @@ class QABank(QABankBase):
 
     def stats(self) -> dict[str, object]:
         """Sizes and this session's counters (lookups, hits, misses, rejections, evictions,
-        unreadable rows removed, failed hit-count writes)."""
+        unreadable rows removed, failed hit-count writes). ``served_with_guard_off``: per
+        meaning guard, the hits served while it was switched off that it would have refused."""
         with self._lock:
             slots: list[Slot] = list(self._mem.slots.values())
             return {
@@ -226,6 +230,8 @@ class QABank(QABankBase):
                 "hits": self._counters["hits"],
                 "misses": self._counters["misses"],
                 "rejected": {r: self._counters[f"rejected_{r}"] for r in REASONS},
+                "served_with_guard_off": {g: self._counters[f"off_failed_{g}"]
+                                          for g in MEANING_GUARDS},
                 "evictions": self._counters["evictions"],
                 "corrupt_rows": self._rows.corrupt,
                 "write_errors": self._counters["write_errors"],

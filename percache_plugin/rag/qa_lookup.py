@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from percache_plugin.rag.guards import Verdict, judge, question_terms, terms_agree
-from percache_plugin.rag.meaning import meaning_checks, question_shape
+from percache_plugin.rag.meaning import MEANING_GUARDS, meaning_checks, question_shape
 from percache_plugin.rag.qa_memory import Slot
 
 __all__ = ["Judged", "judge_candidates"]
@@ -25,12 +25,14 @@ def judge_candidates(
     meaning: Collection[str],
 ) -> tuple[list[Judged], Judged | None]:
     """Judge ``candidates`` (``(id, cosine)``, best first) until one passes every guard or
-    the similarity falls below ``tau``. Returns every verdict and the one served, if any."""
+    the similarity falls below ``tau``. Returns every verdict and the one served, if any.
+    Every meaning guard is computed; those not in ``meaning`` only report (``off_failed``)."""
     terms = question_terms(question) if key_terms else None
-    shape = question_shape(question) if meaning else None
+    shape = question_shape(question)
     judged: list[Judged] = []
     for entry_id, sim in candidates:
         slot = slots[entry_id]
+        checks = meaning_checks(shape, slot.shape, MEANING_GUARDS)
         verdict = judge(
             sim,
             tau=tau,
@@ -40,7 +42,8 @@ def judge_candidates(
             retrieved=retrieved,
             min_overlap=min_overlap,
             terms=None if terms is None else terms_agree(terms, slot.terms),
-            meaning=None if shape is None else meaning_checks(shape, slot.shape, meaning),
+            meaning={g: ok for g, ok in checks.items() if g in meaning},
+            off_failed=[g for g, ok in checks.items() if not ok and g not in meaning],
         )
         judged.append((entry_id, sim, verdict))
         if verdict.rejected_by is None:
