@@ -1,24 +1,21 @@
 """Hybrid chunk index: BM25 (rank_bm25) + HNSW cosine (hnswlib), fused by reciprocal rank.
 
-BM25Okapi is static, so it is rebuilt lazily on the first search after the corpus
-changed. The HNSW index grows with ``resize_index`` and reuses the slots of removed
+The rankers and their fusion live in :mod:`percache_plugin.rag.ranking` (BM25Okapi is
+static, so it is rebuilt lazily on the first search after the corpus changed). The HNSW index grows with ``resize_index`` and reuses the slots of removed
 chunks (``mark_deleted`` + ``replace_deleted``). Saving and loading (verified, atomic)
 live in :mod:`percache_plugin.rag.index_files`; loading never re-embeds.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from math import inf
 from pathlib import Path
-from typing import Literal
 
 import hnswlib
 import numpy as np
-from rank_bm25 import BM25Okapi
 
 from percache_plugin.rag.chunking import Chunk
 from percache_plugin.rag.index_files import (
@@ -28,29 +25,10 @@ from percache_plugin.rag.index_files import (
     read_snapshot,
     write_snapshot,
 )
+from percache_plugin.rag.ranking import BM25Ranker, Fusion, Hit, fuse, tokenize
 from percache_plugin.rag.vectors import positive_int, unit_rows
 
 __all__ = ["CorruptIndexError", "Fusion", "Hit", "HybridIndex", "tokenize"]
-
-Fusion = Literal["rrf", "bm25", "vector"]
-_WORD = re.compile(r"\w+")
-
-
-def tokenize(text: str) -> list[str]:
-    """BM25 tokens: lower-cased runs of word characters."""
-    return _WORD.findall(text.lower())
-
-
-@dataclass(frozen=True)
-class Hit:
-    """A search result. Ranks are 1-based positions in each ranker's candidate list
-    (``None``: not among that ranker's candidates, or the ranker was not used)."""
-
-    chunk_id: str
-    score: float
-    bm25_rank: int | None
-    vector_rank: int | None
-
 
 @dataclass
 class _Entry:
@@ -112,10 +90,8 @@ class HybridIndex:
         self._hnsw.init_index(
             max_elements=256, M=16, ef_construction=200, allow_replace_deleted=True
         )
-        self._bm25: BM25Okapi | None = None
-        self._bm25_ids: list[str] = []
-        self._bm25_scopes: np.ndarray = np.zeros(0, dtype=object)
-        self._bm25_stale = True
+        self._bm25 = BM25Ranker(
+            lambda: [(e.chunk.id, e.chunk.scope, e.tokens) for e in self._entries.values()])
 
     @property
     def dim(self) -> int:
@@ -197,7 +173,7 @@ class HybridIndex:
             self._by_label[entry.label] = entry
             self._scopes[entry.chunk.scope] += 1
         self._next_label += len(new)
-        self._bm25_stale = True
+        self._bm25.invalidate()
         return len(new)
 
     def remove(self, chunk_ids: str | Iterable[str]) -> int:
@@ -216,7 +192,7 @@ class HybridIndex:
                 del self._scopes[entry.chunk.scope]
             removed += 1
         if removed:
-            self._bm25_stale = True
+            self._bm25.invalidate()
         return removed
 
     def search(
@@ -246,58 +222,14 @@ class HybridIndex:
         eligible = self._scopes.get(scope, 0)
         if eligible == 0:
             return []
-        bm25 = self._bm25_ranking(query, scope, candidates) if self._fusion != "vector" else []
+        bm25 = self._bm25.rank(query, scope, candidates) if self._fusion != "vector" else []
         dense = (
             self._vector_ranking(vector, scope, min(candidates, eligible))
             if self._fusion != "bm25"
             else []
         )
-        return self._fuse(bm25, dense)[:k]
-
-    def _fuse(self, bm25: list[tuple[str, float]], dense: list[tuple[str, float]]) -> list[Hit]:
-        bm25_rank = {cid: r for r, (cid, _) in enumerate(bm25, 1)}
-        dense_rank = {cid: r for r, (cid, _) in enumerate(dense, 1)}
-        if self._fusion == "rrf":
-            scores = {cid: 0.0 for cid in [*bm25_rank, *dense_rank]}
-            for ranks, weight in zip((bm25_rank, dense_rank), self._weights, strict=True):
-                for cid, r in ranks.items():
-                    scores[cid] += weight / (self._rrf_k + r)
-        else:
-            scores = dict(bm25 if self._fusion == "bm25" else dense)
-        big = len(self._entries) + 1
-
-        def order(cid: str) -> tuple[float, int, int]:
-            best = min(bm25_rank.get(cid, big), dense_rank.get(cid, big))
-            return (-scores[cid], best, self._entries[cid].label)
-
-        return [
-            Hit(cid, float(scores[cid]), bm25_rank.get(cid), dense_rank.get(cid))
-            for cid in sorted(scores, key=order)
-        ]
-
-    def _bm25_ranking(self, query: str, scope: str | None, n: int) -> list[tuple[str, float]]:
-        tokens = tokenize(query)
-        if not tokens:
-            return []
-        if self._bm25_stale:
-            self._rebuild_bm25()
-        if self._bm25 is None:
-            return []
-        scores = np.asarray(self._bm25.get_scores(tokens), dtype=np.float64)
-        keep = scores > 0  # rank_bm25 floors idf above 0, so > 0 means a shared token
-        keep &= self._bm25_scopes == scope  # elementwise, None included
-        idx = np.flatnonzero(keep)
-        idx = idx[np.lexsort((idx, -scores[idx]))][:n]  # score desc, then insertion order
-        return [(self._bm25_ids[i], float(scores[i])) for i in idx]
-
-    def _rebuild_bm25(self) -> None:
-        entries = list(self._entries.values())
-        self._bm25_ids = [e.chunk.id for e in entries]
-        self._bm25_scopes = np.array([e.chunk.scope for e in entries], dtype=object)
-        # BM25Okapi divides by the average length: it cannot take an all-empty corpus.
-        has_tokens = any(e.tokens for e in entries)
-        self._bm25 = BM25Okapi([e.tokens for e in entries]) if has_tokens else None
-        self._bm25_stale = False
+        return fuse(bm25, dense, fusion=self._fusion, weights=self._weights, rrf_k=self._rrf_k,
+                    label=lambda cid: self._entries[cid].label, big=len(self._entries) + 1)[:k]
 
     def _vector_ranking(
         self, vector: np.ndarray, scope: str | None, n: int

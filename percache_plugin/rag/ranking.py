@@ -1,0 +1,100 @@
+"""The rankers of the hybrid index and their fusion: BM25 over word tokens (rank_bm25),
+rebuilt lazily after the corpus changed, and weighted reciprocal-rank fusion of two rankings.
+
+Pure of the index's storage: :class:`~percache_plugin.rag.index.HybridIndex` owns the chunks
+and the HNSW graph and calls these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+__all__ = ["BM25Ranker", "Fusion", "Hit", "fuse", "tokenize"]
+
+Fusion = Literal["rrf", "bm25", "vector"]
+_WORD = re.compile(r"\w+")
+
+
+def tokenize(text: str) -> list[str]:
+    """BM25 tokens: lower-cased runs of word characters."""
+    return _WORD.findall(text.lower())
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A search result. Ranks are 1-based positions in each ranker's candidate list
+    (``None``: not among that ranker's candidates, or the ranker was not used)."""
+
+    chunk_id: str
+    score: float
+    bm25_rank: int | None
+    vector_rank: int | None
+
+
+class BM25Ranker:
+    """BM25Okapi over a corpus of token lists. BM25Okapi is static: :meth:`invalidate` marks
+    the corpus changed and the next :meth:`rank` rebuilds it from ``corpus()``."""
+
+    def __init__(self, corpus: Callable[[], Sequence[tuple[str, str | None, list[str]]]]) -> None:
+        self._corpus = corpus  # (chunk id, scope, tokens), in insertion order
+        self._bm25: BM25Okapi | None = None
+        self._ids: list[str] = []
+        self._scopes: np.ndarray = np.zeros(0, dtype=object)
+        self._stale = True
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+    def rank(self, query: str, scope: str | None, n: int) -> list[tuple[str, float]]:
+        """At most ``n`` (chunk id, BM25 score) of ``scope`` sharing a token with ``query``,
+        best first, then insertion order."""
+        tokens = tokenize(query)
+        if not tokens:
+            return []
+        if self._stale:
+            self._rebuild()
+        if self._bm25 is None:
+            return []
+        scores = np.asarray(self._bm25.get_scores(tokens), dtype=np.float64)
+        keep = scores > 0  # rank_bm25 floors idf above 0, so > 0 means a shared token
+        keep &= self._scopes == scope  # elementwise, None included
+        idx = np.flatnonzero(keep)
+        idx = idx[np.lexsort((idx, -scores[idx]))][:n]  # score desc, then insertion order
+        return [(self._ids[i], float(scores[i])) for i in idx]
+
+    def _rebuild(self) -> None:
+        corpus = list(self._corpus())
+        self._ids = [cid for cid, _, _ in corpus]
+        self._scopes = np.array([scope for _, scope, _ in corpus], dtype=object)
+        # BM25Okapi divides by the average length: it cannot take an all-empty corpus.
+        has_tokens = any(tokens for _, _, tokens in corpus)
+        self._bm25 = BM25Okapi([tokens for _, _, tokens in corpus]) if has_tokens else None
+        self._stale = False
+
+
+def fuse(bm25: list[tuple[str, float]], dense: list[tuple[str, float]], *, fusion: Fusion,
+         weights: tuple[float, float], rrf_k: int, label: Callable[[str], int], big: int) -> list[Hit]:
+    """Fuse two rankings (see :class:`~percache_plugin.rag.index.HybridIndex`). Ties keep the
+    better single rank (``big`` stands for "not ranked"), then ``label`` (insertion order)."""
+    bm25_rank = {cid: r for r, (cid, _) in enumerate(bm25, 1)}
+    dense_rank = {cid: r for r, (cid, _) in enumerate(dense, 1)}
+    if fusion == "rrf":
+        scores = {cid: 0.0 for cid in [*bm25_rank, *dense_rank]}
+        for ranks, weight in zip((bm25_rank, dense_rank), weights, strict=True):
+            for cid, r in ranks.items():
+                scores[cid] += weight / (rrf_k + r)
+    else:
+        scores = dict(bm25 if fusion == "bm25" else dense)
+
+    def order(cid: str) -> tuple[float, int, int]:
+        best = min(bm25_rank.get(cid, big), dense_rank.get(cid, big))
+        return (-scores[cid], best, label(cid))
+
+    return [Hit(cid, float(scores[cid]), bm25_rank.get(cid), dense_rank.get(cid))
+            for cid in sorted(scores, key=order)]
