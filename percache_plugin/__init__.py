@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .segments import Prompt, PromptPiece, Segment, SegmentError
     from .session import ChatStats, MessageTooLong, Reply, SessionInfo, UnknownSession
     from .stats import Generation, GenerationStats, StatsTotals
+    from .turnlog import TurnRecord, UnknownTurn
 
 # public name -> the module defining it
 _EXPORTS: dict[str, str] = {
@@ -56,6 +57,8 @@ _EXPORTS: dict[str, str] = {
     "Reply": "session",
     "SessionInfo": "session",
     "UnknownSession": "session",
+    "TurnRecord": "turnlog",
+    "UnknownTurn": "turnlog",
     "enable": "handle",
     "hookimpl": "hooks.specs",
 }
@@ -85,7 +88,9 @@ __all__ = [
     "SegmentError",
     "SessionInfo",
     "StatsTotals",
+    "TurnRecord",
     "UnknownSession",
+    "UnknownTurn",
     "enable",
     "hookimpl",
 ]

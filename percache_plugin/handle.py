@@ -29,6 +29,7 @@ from .segments import Prompt, Segment
 from .session.reply import Reply
 from .session.sessions import DEFAULT_SESSION, Sessions
 from .stats import Generation, StatsTotals
+from .turnlog import TurnLog, TurnRecord
 
 __all__ = ["PerCache", "enable"]
 
@@ -173,6 +174,23 @@ class PerCache:
         :raises MessageTooLong: the message and ``max_new_tokens`` exceed ``session_kv_tokens``
             or the model's context."""
         return self.sessions.chat(message, session, **generate_kwargs)
+
+    @property
+    def turn_log(self) -> TurnLog:
+        """Every chat turn with its context hash, recalled fact ids, output, latency and
+        feedback (``records()``; ``percache memory export`` writes it as JSONL)."""
+        return self.sessions.log
+
+    def feedback(self, turn_id: int, *, accepted: bool | None = None, edited_text: str | None = None,
+                 session: str = DEFAULT_SESSION) -> TurnRecord:
+        """Say what the user thought of a chat reply: ``accepted`` and/or ``edited_text`` (the
+        reply as it should have been), for turn ``turn_id`` (``reply.turn_id``) of ``session``
+        (its latest turn with that id: a reset session numbers turns from 1 again). Given again,
+        feedback replaces what it names. Returns the updated log record.
+
+        :raises UnknownTurn: the session has no logged turn ``turn_id``.
+        :raises ValueError: neither ``accepted`` nor ``edited_text``, or a bad value."""
+        return self.sessions.log.feedback(turn_id, session, accepted=accepted, edited_text=edited_text)
 
     def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:
         """Add documents (strings, UTF-8 bytes, mappings with ``text``/``id``/``scope``/``metadata``,

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..segments import Prompt, PromptPiece, Segment
     from ..session.state import Session, Turn
     from ..stats import Generation, GenerationStats
+    from ..turnlog.record import TurnRecord
     from .contexts import AssistantContext, EngineContext
 
 __all__ = ["DEFAULT_PLUGINS", "AUTOLOAD_ENV", "ENTRY_POINT_GROUP", "make_plugin_manager", "Hooks"]
@@ -213,6 +214,9 @@ class Hooks:
 
     def session_loaded(self, ctx: EngineContext, session: Session, source: str) -> None:
         self._hook.percache_session_loaded(ctx=ctx, session=session, source=source)
+
+    def turn_logged(self, ctx: EngineContext, record: TurnRecord) -> None:
+        self._hook.percache_turn_logged(ctx=ctx, record=record)
 
     def model_profile(self, model: torch.nn.Module) -> Any:
         return self._hook.percache_model_profile(model=model)

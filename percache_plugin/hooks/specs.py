@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..segments import Prompt, PromptPiece, Segment
     from ..session.state import Session, Turn
     from ..stats import Generation, GenerationStats
+    from ..turnlog.record import TurnRecord
     from .contexts import AssistantContext, EngineContext
 
 __all__ = ["PROJECT", "hookspec", "hookimpl", "HOOK_NAMES"]
@@ -449,6 +450,20 @@ def percache_session_loaded(ctx: EngineContext, session: Session, source: str) -
     :param session: the session.
     :param source: ``"snapshot"`` (its K/V was restored) or ``"ids"`` (the snapshot was missing
         or corrupt: the next turn recomputes the conversation from its stored ids).
+    """
+
+
+@hookspec
+def percache_turn_logged(ctx: EngineContext, record: TurnRecord) -> None:
+    """A chat turn was written to the turn log (memory level L3). Every implementation is called.
+
+    The record carries ``fact_ids``, taken from the turn's ``ChatStats.fact_ids``: a memory
+    plugin that recalls facts into a turn's context sets that list during the turn, and the log
+    stores it with the turn (``percache memory export`` writes it in each line's ``meta``).
+
+    :param ctx: the engine context.
+    :param record: the logged turn (:class:`~percache_plugin.turnlog.TurnRecord`); feedback
+        comes later through ``pc.feedback``.
     """
 
 

@@ -31,6 +31,10 @@ class ChatStats(GenerationStats):
     kv_tokens: int = 0  # cache positions after the turn
     kv_bytes: int = 0  # resident K/V bytes after the turn
     restored_from: str = ""  # "snapshot" / "ids" when the session was loaded from the store
+    # ids of the memory facts recalled into this turn's context; the memory recall fills them,
+    # the turn log (``pc.turn_log``) records them with the turn
+    fact_ids: list[int | str] = field(default_factory=list)
+    log_id: int = 0  # the turn's row in the turn log (0: not logged, see store_errors)
 
 
 @dataclass

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..decode import dtype_device
+from ..turnlog import TurnLog, TurnRecord, context_hash
 from .chat import ChatRunner
 from .evict import compact
 from .layout import ChatLayout
-from .persist import SessionStore
+from .persist import SESSIONS_DB, SessionStore
 from .reply import ChatStats, Reply
 from .state import Session, cache_bytes, cache_tokens, share_cache
 
@@ -60,6 +61,7 @@ class Sessions:
         self._lock = threading.RLock()
         root = engine.store.path
         self._store = SessionStore(root, engine.fingerprint) if root is not None else None
+        self.log = TurnLog(root / SESSIONS_DB if root is not None else None)
         if not self._stored(DEFAULT_SESSION):
             self.create(DEFAULT_SESSION)
 
@@ -69,6 +71,7 @@ class Sessions:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
+        self.log.close()
 
     @property
     def layout(self) -> ChatLayout:
@@ -210,6 +213,7 @@ class Sessions:
                 stats = ChatStats(session=session)
                 reply = self._runner.turn(state, message, stats, t0, generate_kwargs)
                 self._save(state, reply)
+                self._log(state, reply)
                 return reply
 
     def _save(self, session: Session, reply: Reply) -> None:
@@ -226,6 +230,27 @@ class Sessions:
             log.warning("percache: could not save session %r: %s", session.name, exc)
             return
         self._engine.hooks.session_saved(self._engine.ctx, session, reply.turn_id)
+
+
+    def _log(self, session: Session, reply: Reply) -> TurnRecord | None:
+        """Append the turn to the turn log (best effort, like :meth:`_save`)."""
+        turn = session.turns[-1]
+        history = [(t.message, t.reply_text) for t in session.turns[:-1] if not t.masked]
+        stats = reply.stats
+        try:
+            record = self.log.append(
+                session=session.name, turn_id=turn.turn_id, fingerprint=self._engine.fingerprint,
+                persona=None, system=session.system, history=history, message=turn.message,
+                output=turn.reply_text, context_hash=context_hash(reply.prompt_ids),
+                prompt_tokens=len(reply.prompt_ids), fact_ids=stats.fact_ids,
+                latency_s=stats.total_s, ttft_s=stats.ttft_s)
+        except sqlite3.Error as exc:
+            stats.store_errors += 1
+            log.warning("percache: could not log turn %d of session %r: %s", turn.turn_id, session.name, exc)
+            return None
+        stats.log_id = record.log_id
+        self._engine.hooks.turn_logged(self._engine.ctx, record)
+        return record
 
 
 def _copy_turn(t: Any) -> Any:
