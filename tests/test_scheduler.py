@@ -218,7 +218,7 @@ def test_prediction_seed_is_stable_across_processes() -> None:
     import subprocess
     import sys
 
-    code = ("from percache_plugin.idle import IdleTask; from percache_plugin.assistant.scheduler import round_seed;"
+    code = ("from percache_plugin.idle import IdleTask; from percache_plugin.assistant.idle_tasks import round_seed;"
             "print(round_seed(IdleTask(1, 'predict_knowledge', 'round 1', 'u', 0.0), 'abstract'))")
     seeds = set()
     for hash_seed in ("1", "2"):

@@ -26,9 +26,9 @@ from .ask import Answer, ask, generate_answer
 from .disputes import correct as correct_entry
 from .disputes import dispute_paraphrases
 from .idle_context import IdleContext
+from .idle_tasks import TaskRunner
 from .scheduler import (
     BackgroundStats,
-    TaskRunner,
     after_documents,
     after_question,
     queue_conversions,

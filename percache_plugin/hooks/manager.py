@@ -53,7 +53,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:RequestLog",
     "percache_plugin.plugins.session:OldestTurnsFirst",
     "percache_plugin.plugins.drafts:BuiltinDraftSources",
-    "percache_plugin.assistant.scheduler:BuiltinIdleTasks",
+    "percache_plugin.assistant.idle_tasks:BuiltinIdleTasks",
 )
 
 
