@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .assistant import Answer
+    from .attention.kinds import UnsupportedModelError
     from .config import Config, ConfigError
     from .core.capabilities import Capabilities
     from .core.query import Query
@@ -59,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "UnknownSession": "session",
     "TurnRecord": "turnlog",
     "UnknownTurn": "turnlog",
+    "UnsupportedModelError": "attention.kinds",
     "enable": "handle",
     "hookimpl": "hooks.specs",
 }
@@ -91,6 +93,7 @@ __all__ = [
     "TurnRecord",
     "UnknownSession",
     "UnknownTurn",
+    "UnsupportedModelError",
     "enable",
     "hookimpl",
 ]

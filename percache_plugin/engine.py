@@ -20,6 +20,7 @@ import torch
 
 from .attention.backend import AttentionSwitch, install, release, uninstall
 from .attention.capability import capabilities_of, usable_shifter
+from .attention.kinds import check_reusable
 from .attention.masks import (
     MaskFunction,
     apply_to_additive,
@@ -84,6 +85,7 @@ class Engine:
             raise TypeError(f"model must be a transformers PreTrainedModel, got {type(model).__name__}")
         if not callable(tokenizer):
             raise TypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
+        check_reusable(model)  # recurrent and hybrid models: refused, with the reason
         self._path = check_store_path(store)  # before the weights are hashed
         self.model = model
         self.tokenizer = tokenizer

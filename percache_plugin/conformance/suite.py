@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .kinds import reuse_limitation
+from ..attention.kinds import reuse_limitation
 from .result import FAIL, NA, CheckResult, Outcome, failed, not_applicable
 from .reuse import (
     check_bf16,
