@@ -80,7 +80,7 @@ class ChatRunner:
         stats.prompt_tokens = len(full)
         stats.history_tokens = session.n_tokens
         stats.tokens_reused = cached
-        if stats.restored_from == "ids":
+        if stats.restored_from in ("ids", "weights_changed"):
             stats.history_recomputed = session.n_tokens - cached
         prompt = Prompt((PromptPiece(Segment("", "query"), tuple(full), 0, None),))
         earlier = DraftHints(token_ids={SESSION: [t.reply_ids for t in session.turns]})

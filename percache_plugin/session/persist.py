@@ -113,14 +113,15 @@ class SessionStore:
         session.saved_upto = stop
 
     def delete(self, name: str) -> None:
-        fp = self.fingerprint
+        """Remove the session ``name`` under every fingerprint (a conversation continued after
+        an adapter switch is saved under the new weights' fingerprint too)."""
         with self._lock, transaction(self.db):
-            files = self.db.execute("SELECT file FROM chat_kv WHERE fingerprint = ? AND name = ?",
-                                    (fp, name)).fetchall()
+            files = self.db.execute("SELECT fingerprint, file FROM chat_kv WHERE name = ?",
+                                    (name,)).fetchall()
             for table in ("chat_sessions", "chat_turns", "chat_kv"):
-                self.db.execute(f"DELETE FROM {table} WHERE fingerprint = ? AND name = ?", (fp, name))
-        for (file,) in files:
-            (self.dir / file).unlink(missing_ok=True)
+                self.db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
+        for fp, file in files:
+            (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
 
     # -- loading ------------------------------------------------------------------------
     def load(self, name: str, dtype: torch.dtype, device: torch.device) -> tuple[Session, str] | None:

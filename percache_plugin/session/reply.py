@@ -23,14 +23,16 @@ class ChatStats(GenerationStats):
     session: str = ""
     turn_id: int = 0
     history_tokens: int = 0  # conversation positions before this turn's user message
-    history_recomputed: int = 0  # of those, computed again (eviction, restart without snapshot)
+    history_recomputed: int = 0  # of those, computed again (eviction, restart without snapshot, new weights)
     turns_evicted: int = 0  # turns that left the cache before this turn
     tokens_evicted: int = 0
     cache_edits: int = 0  # edits plugins made through percache_edit_cache (approximate)
     eviction: str = ""  # the eviction mode used in this turn ("" when nothing was evicted)
     kv_tokens: int = 0  # cache positions after the turn
     kv_bytes: int = 0  # resident K/V bytes after the turn
-    restored_from: str = ""  # "snapshot" / "ids" when the session was loaded from the store
+    # "snapshot" / "ids" when the session was loaded from the store; "weights_changed" when the
+    # model's weights (an adapter, an in-place edit) changed since the last turn
+    restored_from: str = ""
     # ids of the memory facts recalled into this turn's context; the memory recall fills them,
     # the turn log (``pc.turn_log``) records them with the turn
     fact_ids: list[int | str] = field(default_factory=list)

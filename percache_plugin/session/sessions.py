@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from transformers import DynamicCache
+
 from ..decode import dtype_device
 from ..turnlog import TurnLog, TurnRecord, context_hash
 from .chat import ChatRunner
@@ -59,18 +61,33 @@ class Sessions:
         self._runner = ChatRunner(engine, self._layout)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.RLock()
-        root = engine.store.path
-        self._store = SessionStore(root, engine.fingerprint) if root is not None else None
+        self._root = root = engine.store.path
+        self._stores: dict[str, SessionStore] = {}  # by fingerprint: sessions follow the weights
+        self._stores_lock = threading.Lock()  # a leaf: nothing is acquired while holding it
         self.log = TurnLog(root / SESSIONS_DB if root is not None else None)
         if not self._stored(DEFAULT_SESSION):
             self.create(DEFAULT_SESSION)
 
+    @property
+    def _store(self) -> SessionStore | None:
+        """The session store of the weights in use (None without a store directory)."""
+        if self._root is None:
+            return None
+        fp = self._engine.fingerprint
+        with self._stores_lock:
+            if fp not in self._stores:
+                self._stores[fp] = SessionStore(self._root, fp)
+            return self._stores[fp]
+
     def _stored(self, name: str) -> bool:
-        return self._store is not None and name in self._store.names()
+        store = self._store
+        return store is not None and name in store.names()
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
+        with self._stores_lock:
+            for store in self._stores.values():
+                store.close()
+            self._stores.clear()
         self.log.close()
 
     @property
@@ -79,7 +96,7 @@ class Sessions:
 
     def _new(self, name: str, system: str | None) -> Session:
         head, glue = self._layout.head(system)
-        return Session(name, system, head, glue)
+        return Session(name, system, head, glue, fingerprint=self._engine.fingerprint)
 
     def create(self, name: str, *, system: str | None = None) -> Session:
         """A new, empty session; ``system`` is its system prompt (persistent, never evicted).
@@ -112,16 +129,18 @@ class Sessions:
         return sorted(set(self._sessions) | set(stored))
 
     def _load(self, name: str) -> None:
-        assert self._store is not None
+        store = self._store
+        assert store is not None
         dtype, device = dtype_device(self._engine.model)
-        loaded = self._store.load(name, dtype, device)
+        loaded = store.load(name, dtype, device)
         if loaded is None:
             return
         session, source = loaded
-        session.restored = source
+        session.restored, session.fingerprint = source, store.fingerprint
         if source == "ids":
             log.warning("percache: session %r has no usable K/V snapshot; its %d tokens are "
                         "computed again with the next turn", name, session.n_tokens)
+            compact(session)  # without the slots, masked turns would be attended again
         if any(t.masked for t in session.turns) and source == "snapshot":
             import torch
 
@@ -157,7 +176,8 @@ class Sessions:
                 branch = Session(
                     name, src.system, list(src.head_ids), src.first_glue,
                     [_copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
-                    src.evicted_turns, None if src.keep is None else src.keep.clone())
+                    src.evicted_turns, None if src.keep is None else src.keep.clone(),
+                    fingerprint=src.fingerprint)
                 self._sessions[name] = branch
                 branch.rewrite = True  # the first save writes the branch whole
         return branch
@@ -210,11 +230,29 @@ class Sessions:
                 raise RuntimeError("this percache handle was disabled; call enable() again")
             with engine.preemption.foreground(engine.lock):
                 t0 = time.perf_counter()
+                self._follow_weights(state)
                 stats = ChatStats(session=session)
                 reply = self._runner.turn(state, message, stats, t0, generate_kwargs)
                 self._save(state, reply)
                 self._log(state, reply)
                 return reply
+
+    def _follow_weights(self, session: Session) -> None:
+        """Never serve K/V computed under other weights: when the model's fingerprint changed
+        since the session's cache was computed (an adapter enabled, disabled or switched; a
+        weight edited in place), the conversation is kept and its history is computed again
+        under the weights now in use, and saved under their fingerprint."""
+        fingerprint = self._engine.follow_model()
+        if session.fingerprint == fingerprint:
+            return
+        if session.fingerprint and cache_tokens(session.cache):
+            log.info("percache: the model's weights changed; session %r's %d history tokens "
+                     "are computed again", session.name, session.n_tokens)
+            compact(session)  # masked turns leave, as they would without their slots
+            session.cache, session.keep = DynamicCache(), None
+            session.restored = "weights_changed"
+        session.fingerprint = fingerprint
+        session.saved_upto, session.rewrite = 0, True  # a new store: the first save is whole
 
     def _save(self, session: Session, reply: Reply) -> None:
         """Append the turn to the store (best effort: a failed write keeps the reply, counts

@@ -60,7 +60,8 @@ class Session:
     keep: torch.Tensor | None = None
     saved_upto: int = 0  # cache positions persisted and still valid
     rewrite: bool = False  # turns were evicted or edited since the last save
-    restored: str = ""  # "snapshot" / "ids" until the first turn after loading
+    restored: str = ""  # "snapshot" / "ids" / "weights_changed" until the next turn
+    fingerprint: str = ""  # the weights the cache was computed under ("" before any turn)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

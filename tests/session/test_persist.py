@@ -113,3 +113,26 @@ def test_eviction_and_reset_persist(tmp_path: Path) -> None:
     assert pc.sessions.get("default").turns == []
     with pytest.raises(percache.UnknownSession):
         pc.chat("hi", session="gone")
+
+
+def test_masked_turns_leave_when_the_snapshot_is_lost(tmp_path: Path) -> None:
+    """Without its slots a masked turn cannot stay excluded: it leaves the conversation (as
+    compaction does) instead of silently being attended again and never counted."""
+    store = tmp_path / "store"
+    model, tok = tiny_pair("llama")
+    config = {"session_kv_tokens": 120, "session_eviction": "masked"}
+    pc = percache.enable(model, tok, store=store, **config)
+    for i in range(6):
+        pc.chat(f"Message {i} about item {i * 3}.", **GEN)
+    masked = [t.turn_id for t in pc.sessions.get("default").turns if t.masked]
+    assert masked
+    pc.close()
+    _corrupt(store, "missing")
+    pc = percache.enable(model, tok, store=store, **config)
+    session = pc.sessions.get("default")
+    assert session.restored == "ids"
+    assert not {t.turn_id for t in session.turns} & set(masked)
+    reply = pc.chat("One more.", **GEN)
+    with pc.disabled():
+        assert reply.token_ids == baseline(model, reply.prompt_ids, 4)[0]
+    pc.close()
