@@ -7,11 +7,9 @@ composes an :class:`Engine` with an :class:`~percache_plugin.assistant.Assistant
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,6 @@ from .core.registry import Registry
 from .decode import (
     DraftedDecoding,
     DraftHints,
-    context_limit,
     dtype_device,
     greedy_reason,
     run_generate,
@@ -51,26 +48,12 @@ from .kv.cache import empty_cache
 from .kv.eviction import EvictionPolicy
 from .kv.recompute import RecomputeStrategy, parse_strategy
 from .kv.stores import FingerprintStores
-from .reuse import PlanError, ReuseRunner, store_computed
+from .request import Finish, Prefilled, check_length, open_request
+from .reuse import ReuseRunner
 from .segments import Prompt, Segment, normalize_segments
 from .stats import Generation, GenerationStats, StatsTotals
 
-__all__ = ["Engine", "Capabilities", "Prefilled"]
-
-log = logging.getLogger("percache")
-
-Finish = Callable[[Any, "Generation | None", bool], None]
-
-
-@dataclass
-class Prefilled:
-    """The result of :meth:`Engine.prefill`: the prompt, a cache over all positions but the
-    last, and the request's stats."""
-
-    prompt: Prompt
-    cache: Any
-    stats: GenerationStats
-
+__all__ = ["Engine"]
 
 class Engine:
     """K/V reuse on one model: tokenize segments, plan, load, splice, generate, store.
@@ -253,14 +236,6 @@ class Engine:
         by default each segment on its own)."""
         return self.hooks.build_prompt(self.ctx, normalize_segments(segments))
 
-    def _check_length(self, prompt: Prompt, max_new: int) -> None:
-        limit = context_limit(self.model)
-        if limit is not None and prompt.n_tokens + max_new > limit:
-            raise ValueError(
-                f"prompt of {prompt.n_tokens} tokens plus max_new_tokens={max_new} exceeds the "
-                f"model's context of {limit} tokens"
-            )
-
     def generate(self, segments: Sequence[str | Segment] | Prompt, *, drafts: DraftHints | None = None,
                  **generate_kwargs: Any) -> Generation:
         """Generate from ``[system, chunk, ..., query]`` (or a :class:`Prompt` already built,
@@ -335,53 +310,20 @@ class Engine:
 
     def _prepare(self, segments: Sequence[str | Segment] | Prompt, max_new: int, t0: float) -> tuple[
             Prompt, Any, int, GenerationStats, Finish]:
-        """Plan, load and splice: the cache, how many prompt positions it serves, and a
-        ``finish(cache, generation, completed)`` that stores what a completed request computed,
-        accounts it and fires ``request_end`` (once ``request_start`` fired)."""
+        """The prompt, its cache, how many prompt positions the cache serves, the stats and a
+        ``finish(cache, generation, completed)`` (see :func:`~percache_plugin.request.open_request`)."""
         if self._closed:
             raise RuntimeError("this percache handle was closed; call enable() again")
         if self._enabled:
             self.follow_model()
         prompt = segments if isinstance(segments, Prompt) else self.prompt(segments)
-        self._check_length(prompt, max_new)
-        stats = GenerationStats(prompt_tokens=prompt.n_tokens)
-        errors_before = self.store.write_errors
+        check_length(self.model, prompt, max_new)
         if not self._enabled:
-            return prompt, empty_cache(), 0, stats, lambda cache, gen, completed: None
+            return (prompt, empty_cache(), 0, GenerationStats(prompt_tokens=prompt.n_tokens),
+                    lambda cache, gen, completed: None)
         assert self._reuse is not None
-        self.hooks.request_start(self.ctx, prompt)
-        try:
-            plan = self.hooks.plan_reuse(self.ctx, prompt)
-            exact = self._reuse.load_exact(prompt, plan, stats)
-            shifted = self._reuse.load_shifted(prompt, plan, stats)
-            stats.load_s = time.perf_counter() - t0
-            if shifted:
-                try:
-                    cache, served, exact_end = self._reuse.splice(prompt, exact, shifted, plan, stats)
-                except PlanError as exc:
-                    log.warning("percache: falling back to a full prefill: %s", exc)
-                    stats = GenerationStats(prompt_tokens=prompt.n_tokens, fallback=str(exc))
-                    cache, served, exact_end = empty_cache(), 0, 0
-            else:
-                cache, served, exact_end = self._reuse.exact_cache(prompt, exact, stats)
-        except BaseException:
-            self.hooks.request_end(self.ctx, prompt, stats, None)
-            raise
-        skip = {sp.index for sp in plan.shifted}
-
-        def finish(cache: Any, gen: Generation | None, completed: bool) -> None:
-            try:
-                if completed:
-                    if self._enabled:
-                        store_computed(self.ctx, prompt, exact_end, skip,
-                                       bool(shifted) and stats.approximate, cache, stats)
-                    stats.store_errors += self.store.write_errors - errors_before
-                    stats.total_s = time.perf_counter() - t0
-                    self._totals.add(stats)
-            finally:
-                self.hooks.request_end(self.ctx, prompt, stats, gen)
-
-        return prompt, cache, served, stats, finish
+        req = open_request(self.ctx, self._reuse, prompt, t0, self._totals, lambda: self._enabled)
+        return prompt, req.cache, req.served, req.stats, req.finish
 
     # -- storing ------------------------------------------------------------------------
     @property

@@ -17,7 +17,7 @@ from .attention.rope import RopeShifter
 from .config import Config
 from .core.capabilities import Capabilities
 from .core.debuglog import ensure_handler
-from .engine import Engine, Prefilled
+from .engine import Engine
 from .hooks.manager import Hooks
 from .idle import IdleQueue, IdleReport
 from .kv.store import KVStore
@@ -25,6 +25,7 @@ from .predict.state import PredictionState
 from .rag.embeddings import Embedder
 from .rag.knowledge import AddReport, KnowledgeBank
 from .rag.qa_bank import QABank, QAEntry
+from .request import Prefilled
 from .segments import Prompt, Segment
 from .session.reply import Reply
 from .session.sessions import DEFAULT_SESSION, Sessions

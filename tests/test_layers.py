@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kv", "attention", "buffer", "rag", "predict", "idle", "decode", "session.state",
      "turnlog"),
     ("hooks",),
-    ("reuse", "plugins", "buffer.plugin"),
+    ("reuse", "request", "plugins", "buffer.plugin"),
     ("engine",),
     ("assistant", "session"),
     ("handle",),

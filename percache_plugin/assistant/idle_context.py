@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..core.query import Query
-    from ..engine import Prefilled
     from ..hooks.contexts import AssistantContext
     from ..predict.state import PredictionState
     from ..rag.qa_types import QAEntry
+    from ..request import Prefilled
     from ..stats import Generation
     from .ask import Answer
     from .scheduler import BackgroundStats

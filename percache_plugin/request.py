@@ -1,0 +1,106 @@
+"""One request through the reuse pipeline: plan, load and splice the request's cache through
+the hooks; once the model ran, store what it computed, account it and fire ``request_end``.
+
+:class:`~percache_plugin.engine.Engine` calls :func:`open_request` for every ``generate()``
+and ``prefill()`` on an enabled handle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .decode import context_limit
+from .kv.cache import empty_cache
+from .reuse import PlanError, ReuseRunner, store_computed
+from .segments import Prompt
+from .stats import Generation, GenerationStats, StatsTotals
+
+if TYPE_CHECKING:
+    from .hooks.contexts import EngineContext
+
+__all__ = ["Finish", "Opened", "Prefilled", "check_length", "open_request"]
+
+log = logging.getLogger("percache")
+
+Finish = Callable[[Any, "Generation | None", bool], None]
+"""``finish(cache, generation, completed)``: store and account a completed request, and fire
+``request_end`` (always)."""
+
+
+@dataclass
+class Prefilled:
+    """The result of :meth:`Engine.prefill <percache_plugin.engine.Engine.prefill>`: the prompt,
+    a cache over all positions but the last, and the request's stats."""
+
+    prompt: Prompt
+    cache: Any
+    stats: GenerationStats
+
+
+@dataclass
+class Opened:
+    """A request whose cache is built: it serves ``served`` prompt positions; call ``finish``
+    exactly once after the model ran (or failed)."""
+
+    cache: Any
+    served: int
+    stats: GenerationStats
+    finish: Finish
+
+
+def check_length(model: Any, prompt: Prompt, max_new: int) -> None:
+    """Refuse a prompt that, with ``max_new`` new tokens, exceeds the model's context."""
+    limit = context_limit(model)
+    if limit is not None and prompt.n_tokens + max_new > limit:
+        raise ValueError(
+            f"prompt of {prompt.n_tokens} tokens plus max_new_tokens={max_new} exceeds the "
+            f"model's context of {limit} tokens"
+        )
+
+
+def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: float,
+                 totals: StatsTotals, enabled: Callable[[], bool]) -> Opened:
+    """Fire ``request_start``, plan (``percache_plan_reuse``), load exact and shifted K/V, and
+    build the cache (a splice that cannot run falls back to a full prefill, said in
+    ``stats.fallback``). ``request_end`` fires if this raises. ``enabled()`` is asked at finish
+    time: a handle disabled meanwhile stores nothing."""
+    stats = GenerationStats(prompt_tokens=prompt.n_tokens)
+    store = ctx.store
+    errors_before = store.write_errors
+    ctx.hooks.request_start(ctx, prompt)
+    try:
+        plan = ctx.hooks.plan_reuse(ctx, prompt)
+        exact = runner.load_exact(prompt, plan, stats)
+        shifted = runner.load_shifted(prompt, plan, stats)
+        stats.load_s = time.perf_counter() - t0
+        if shifted:
+            try:
+                cache, served, exact_end = runner.splice(prompt, exact, shifted, plan, stats)
+            except PlanError as exc:
+                log.warning("percache: falling back to a full prefill: %s", exc)
+                stats = GenerationStats(prompt_tokens=prompt.n_tokens, fallback=str(exc))
+                cache, served, exact_end = empty_cache(), 0, 0
+        else:
+            cache, served, exact_end = runner.exact_cache(prompt, exact, stats)
+    except BaseException:
+        ctx.hooks.request_end(ctx, prompt, stats, None)
+        raise
+    skip = {sp.index for sp in plan.shifted}
+
+    def finish(cache: Any, gen: Generation | None, completed: bool) -> None:
+        try:
+            if completed:
+                if enabled():
+                    store_computed(ctx, prompt, exact_end, skip,
+                                   bool(shifted) and stats.approximate, cache, stats)
+                stats.store_errors += store.write_errors - errors_before
+                stats.total_s = time.perf_counter() - t0
+                totals.add(stats)
+        finally:
+            ctx.hooks.request_end(ctx, prompt, stats, gen)
+
+    return Opened(cache, served, stats, finish)
