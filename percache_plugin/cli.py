@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sizing": ("percache_plugin.buffer.cli_sizing", "cache sizing: N <= S + BW x T, stall per token for a RAM budget"),
     "conformance": ("percache_plugin.conformance.cli",
                     "check percache's correctness and capabilities on a model"),
+    "serve": ("percache_plugin.server.cli",
+              "an OpenAI-compatible local server (chat page at /) over percache; needs [server]"),
     "store": ("percache_plugin.admin.cli",
               "look into a store and manage it: info, list, remove, purge, clear"),
 }

@@ -1,0 +1,147 @@
+"""What a request runs on the model (in the runner's thread): plain generation over token ids
+with prefix-block reuse, and ``pc.ask`` with retrieval and the QA bank.
+
+Prefix blocks are keyed per scope: a token's conversations never share cached blocks with
+another token's, so ``cached_tokens`` cannot tell one user what another sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import StoppingCriteria
+
+from ..kv.blocks import block_prompt
+from ..stats import Generation, GenerationStats
+from .requests import Sampling
+from .stream import TextStream
+
+__all__ = ["Outcome", "key_root", "run_ids", "run_ask"]
+
+
+@dataclass
+class Outcome:
+    """The result of one job: the text and what the cache did.
+
+    :ivar finish_reason: ``"stop"`` (end of text or a stop sequence), ``"length"``
+        (``max_tokens`` reached) or ``"cancelled"`` (the client went away).
+    :ivar cached_tokens: prompt tokens served from the store (exactly or shifted).
+    :ivar source: ``"model"`` (plain generation), or ``pc.ask``'s ``"generated"``,
+        ``"qa_bank"``, ``"no_documents"``.
+    :ivar ttft_s: from the request's arrival to its first token (queueing included).
+    """
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    queue_s: float
+    ttft_s: float | None
+    total_s: float
+    source: str = "model"
+    sources: tuple[str, ...] = ()
+    matched_question: str | None = None
+    similarity: float | None = None
+    stats: GenerationStats | None = None
+
+    def cache_info(self) -> dict[str, Any]:
+        """The ``percache`` field of a response: what the cache did for this request."""
+        s = self.stats
+        return {
+            "source": self.source, "qa_bank_hit": self.source == "qa_bank",
+            "sources": list(self.sources), "matched_question": self.matched_question,
+            "similarity": self.similarity, "cached_tokens": self.cached_tokens,
+            "tokens_reused": s.tokens_reused if s else 0, "tokens_shifted": s.tokens_shifted if s else 0,
+            "tokens_computed": s.tokens_computed if s else 0, "approximate": s.approximate if s else False,
+            "ttft_s": self.ttft_s, "queue_s": self.queue_s, "total_s": self.total_s,
+        }
+
+
+def key_root(pc: Any, scope: str | None) -> str:
+    """The root of the prefix-block key chain: the weights' fingerprint, and the scope if any
+    (unscoped requests share blocks with ``pc.complete``)."""
+    fp = str(pc.fingerprint)
+    return fp if scope is None else f"{fp}\x00scope:{scope}"
+
+
+def _finish(gen: Generation | None, stream: TextStream, max_new: int, eos: set[int]) -> str:
+    if stream.stopped_by:
+        return stream.stopped_by
+    if gen is not None and gen.token_ids and gen.token_ids[-1] in eos:
+        return "stop"
+    return "length" if gen is not None and len(gen.token_ids) >= max_new else "stop"
+
+
+def _eos(model: Any) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def _cancelled(n_prompt: int, queue_s: float, t0: float) -> Outcome:
+    return Outcome("", "cancelled", n_prompt, 0, 0, queue_s, None, time.perf_counter() - t0)
+
+
+def run_ids(pc: Any, ids: Sequence[int], scope: str | None, sampling: Sampling, max_new: int,
+            stream: TextStream, arrived: float, queue_s: float) -> Outcome:
+    """Generate after ``ids`` reusing the longest cached run of prefix blocks of this scope."""
+    if stream.cancelled:
+        return _cancelled(len(ids), queue_s, arrived)
+    if sampling.seed is not None:
+        torch.manual_seed(sampling.seed)
+    prompt = block_prompt(ids, pc.config.prefix_block_tokens, key_root(pc, scope))
+    gen = pc.engine.generate(prompt, max_new_tokens=max_new, stopping_criteria=[stream],
+                             **sampling.generate_kwargs())
+    text = stream.close()
+    st = gen.stats
+    return Outcome(text, _finish(gen, stream, max_new, _eos(pc.model)), len(ids), len(gen.token_ids),
+                   st.tokens_reused + st.tokens_shifted, queue_s, _ttft(stream, arrived),
+                   time.perf_counter() - arrived, stats=st)
+
+
+def _ttft(stream: TextStream, arrived: float) -> float | None:
+    return None if stream.first_token_at is None else stream.first_token_at - arrived
+
+
+def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_new: int,
+            stream: TextStream, arrived: float, queue_s: float) -> Outcome:
+    """``pc.ask`` in ``scope``: a QA-bank answer, ``no_documents``, or an answer generated from
+    the retrieved chunks (streamed). It runs to the end even if the client went away, so the QA
+    bank never stores a cut answer."""
+    if sampling.seed is not None:
+        torch.manual_seed(sampling.seed)
+    kwargs = {"max_new_tokens": max_new, **sampling.generate_kwargs()}
+    answer = pc.ask(question, scope=scope, stopping_criteria=[_Uncancellable(stream)],
+                    logits_processor=[stream.processor], **kwargs)
+    ttft: float | None
+    if answer.source != "generated":
+        stream.put_text(answer.text)
+        ttft = time.perf_counter() - arrived
+    else:
+        stream.close()
+        ttft = _ttft(stream, arrived)
+    st = answer.stats
+    new = st.new_tokens if st else 0
+    reason = "length" if st is not None and new >= max_new else "stop"
+    return Outcome(answer.text, reason, st.prompt_tokens if st else 0, new,
+                   (st.tokens_reused + st.tokens_shifted) if st else 0, queue_s, ttft,
+                   time.perf_counter() - arrived, answer.source, tuple(answer.sources),
+                   answer.matched_question, answer.similarity, st)
+
+
+class _Uncancellable(StoppingCriteria):
+    """A stream's criterion that never stops generation (an answer the QA bank will store)."""
+
+    def __init__(self, stream: TextStream) -> None:
+        self.stream = stream
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        self.stream(input_ids, scores)
+        return torch.zeros((input_ids.shape[0],), dtype=torch.bool,  # type: ignore[return-value]
+                           device=input_ids.device)
+
+

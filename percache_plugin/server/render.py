@@ -1,0 +1,58 @@
+"""A conversation to token ids (the model's chat template) and the context-length check."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..decode.generate import context_limit
+from .errors import APIError
+
+__all__ = ["chat_ids", "text_ids", "max_new_tokens"]
+
+
+def chat_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """The ids of ``messages`` rendered by the tokenizer's chat template with the generation
+    prompt, tokenized as one text without added special tokens (the template writes its own).
+
+    :raises APIError: 400 when the tokenizer has no chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise APIError(400, "this model's tokenizer has no chat template; send a plain prompt "
+                       "to /v1/completions instead", param="messages")
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(str(text), add_special_tokens=False)["input_ids"])
+
+
+def text_ids(tokenizer: Any, prompt: str | Sequence[int]) -> list[int]:
+    """A plain prompt's ids (the tokenizer's special tokens added, as ``pc.complete`` does)."""
+    if isinstance(prompt, str):
+        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    vocab = len(tokenizer)
+    bad = [t for t in prompt if not 0 <= t < vocab]
+    if bad:
+        raise APIError(400, f"'prompt' holds token ids outside the vocabulary (0..{vocab - 1}): {bad[:5]}",
+                       param="prompt")
+    return list(prompt)
+
+
+def max_new_tokens(model: Any, n_prompt: int, requested: int | None, default: int) -> int:
+    """How many tokens to generate: ``requested``, or ``default`` capped by the room left.
+
+    :raises APIError: 400 ``context_length_exceeded`` when the prompt plus the requested tokens
+        do not fit the model's context (the message gives the numbers, as OpenAI's does)."""
+    limit = context_limit(model)
+    if limit is None:
+        return requested or default
+    room = limit - n_prompt
+    if requested is None:
+        if room < 1:
+            raise APIError(400, f"This model's maximum context length is {limit} tokens. However, "
+                           f"your messages resulted in {n_prompt} tokens.", param="messages",
+                           code="context_length_exceeded")
+        return min(default, room)
+    if requested > room:
+        raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you "
+                       f"requested {n_prompt + requested} tokens ({n_prompt} in the messages, "
+                       f"{requested} in the completion). Please reduce the length of the messages "
+                       "or completion.", param="max_tokens", code="context_length_exceeded")
+    return requested

@@ -1,0 +1,97 @@
+"""Documents and questions over HTTP, in the token's scope: ``POST /v1/documents`` adds
+documents, ``POST /v1/ask`` answers with retrieval and the QA bank (``pc.ask``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .errors import APIError
+from .formats import Format
+from .jobs import run_ask
+from .requests import Sampling, require_object
+from .respond import respond
+from .state import ServerState, read_json
+from .stream import TextStream
+
+__all__ = ["rag_routes", "parse_documents"]
+
+_DOC_KEYS = {"text", "id", "metadata"}
+
+
+def parse_documents(body: Any) -> list[str | dict[str, Any]]:
+    """``{"documents": [text | {"text", "id"?, "metadata"?}, ...]}`` checked; a document cannot
+    name a scope (it takes the token's). :raises APIError: 400 naming the document at fault."""
+    docs = require_object(body).get("documents")
+    if not isinstance(docs, list) or not docs:
+        raise APIError(400, "'documents' must be a non-empty array of texts or {'text': ...} objects",
+                       param="documents")
+    for i, d in enumerate(docs):
+        if isinstance(d, str) and d.strip():
+            continue
+        if isinstance(d, dict) and isinstance(d.get("text"), str) and d["text"].strip():
+            extra = set(d) - _DOC_KEYS
+            if extra:
+                raise APIError(400, f"documents[{i}] has unknown keys {sorted(extra)} (a document "
+                               "takes the scope of the token that adds it)", param=f"documents[{i}]")
+            continue
+        raise APIError(400, f"documents[{i}] must be a non-empty text or an object with a non-empty "
+                       "'text'", param=f"documents[{i}]")
+    return docs
+
+
+def _ask_sampling(body: dict[str, Any]) -> tuple[str, Sampling, bool]:
+    question = body.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise APIError(400, "'question' must be a non-empty string", param="question")
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise APIError(400, "'max_tokens' must be a positive integer", param="max_tokens")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise APIError(400, "'stream' must be a boolean", param="stream")
+    return question, Sampling(max_tokens=max_tokens, temperature=0.0), stream
+
+
+def rag_routes(state: ServerState) -> list[Route]:
+    pc = state.pc
+
+    async def documents(request: Request) -> Response:
+        scope = state.scope(request)
+        docs = parse_documents(await read_json(request))
+
+        def job(queue_s: float) -> Any:
+            return pc.add_documents(docs, scope=scope)
+
+        report = await _wait(state, job)
+        return JSONResponse({"object": "percache.documents", "scope": scope,
+                             "documents": report.documents, "new_chunks": len(report.new_chunks),
+                             "duplicate_chunks": report.duplicate_chunks})
+
+    async def ask(request: Request) -> Response:
+        arrived = time.perf_counter()
+        scope = state.scope(request)
+        body = require_object(await read_json(request))
+        question, sampling, streaming = _ask_sampling(body)
+        if len(question) > state.settings.max_question_chars:
+            raise APIError(400, f"'question' has {len(question)} characters; at most "
+                           f"{state.settings.max_question_chars}", param="question")
+        max_new = sampling.max_tokens or state.settings.default_max_tokens
+        stream = TextStream(pc.tokenizer, None)
+
+        def job(queue_s: float) -> Any:
+            return run_ask(pc, question, scope, sampling, max_new, stream, arrived, queue_s)
+
+        return await respond(request, state.runner, "ask", job, stream,
+                             Format("answer", state.settings.model_name), streaming=streaming)
+
+    return [Route("/v1/documents", documents, methods=["POST"]), Route("/v1/ask", ask, methods=["POST"])]
+
+
+async def _wait(state: ServerState, job: Any) -> Any:
+    return await asyncio.wrap_future(state.runner.submit("documents", job))

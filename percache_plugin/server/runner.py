@@ -1,0 +1,92 @@
+"""One request at a time on the model: a single worker thread taking jobs in arrival order.
+
+The handle's idle worker (``pc.start_idle_worker``) runs between requests and yields to them:
+every request enters the engine through ``core.Preemption.foreground``, which stops a
+background decode after its current token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["JobRecord", "Runner"]
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What one finished job did (kept for the last ``Runner.history`` jobs).
+
+    :ivar finish_reason: ``"stop"``, ``"length"``, ``"cancelled"`` (the client went away) or
+        ``"error"``.
+    """
+
+    kind: str
+    finish_reason: str
+    completion_tokens: int
+    queue_s: float
+    run_s: float
+
+
+class Runner:
+    """Runs jobs one after the other in one thread (the model serves one request at a time).
+
+    :param pc: the percache handle every job runs on.
+    :param idle_worker: start the handle's idle worker (background predictions between requests).
+    :param history: how many finished jobs :attr:`records` keeps.
+    """
+
+    def __init__(self, pc: Any, *, idle_worker: bool = False, history: int = 256) -> None:
+        self.pc = pc
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="percache-serve")
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self.records: deque[JobRecord] = deque(maxlen=history)
+        self.idle_worker = idle_worker
+        if idle_worker:
+            pc.start_idle_worker()
+
+    @property
+    def waiting(self) -> int:
+        """Jobs submitted and not finished (the one running included)."""
+        with self._lock:
+            return self._waiting
+
+    def submit(self, kind: str, job: Callable[[float], Any]) -> Future[Any]:
+        """Queue ``job(queued_s)``; its result or exception comes back through the future. The
+        job returns an object with ``finish_reason`` and ``completion_tokens`` (recorded)."""
+        submitted = time.perf_counter()
+        with self._lock:
+            self._waiting += 1
+
+        def run() -> Any:
+            started = time.perf_counter()
+            reason, tokens = "error", 0
+            try:
+                result = job(started - submitted)
+                reason = str(getattr(result, "finish_reason", "done"))
+                tokens = int(getattr(result, "completion_tokens", 0))
+                return result
+            finally:
+                self.records.append(JobRecord(kind, reason, tokens, started - submitted,
+                                              time.perf_counter() - started))
+                with self._lock:
+                    self._waiting -= 1
+
+        try:
+            return self._pool.submit(run)
+        except BaseException:
+            with self._lock:
+                self._waiting -= 1
+            raise
+
+    def close(self) -> None:
+        """Finish the running job, drop the queued ones, stop the idle worker."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.idle_worker:
+            self.pc.stop_idle_worker()

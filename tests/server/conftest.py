@@ -1,0 +1,68 @@
+"""A server over a tiny random Llama (byte tokenizer with a chat template) on a free loopback
+port, and the official ``openai`` client pointed at it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import percache_plugin as percache
+from tests.helpers import tiny_pair
+
+pytest.importorskip("starlette", reason="pip install 'percache-plugin[server]'")
+pytest.importorskip("uvicorn", reason="pip install 'percache-plugin[server]'")
+
+from percache_plugin.server.auth import Tokens, parse_tokens  # noqa: E402
+from percache_plugin.server.serve import ServerThread  # noqa: E402
+from percache_plugin.server.state import ServerSettings  # noqa: E402
+
+MODEL = "tiny"
+TOKENS = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+@pytest.fixture
+def pc() -> Iterator[Any]:
+    model, tok = tiny_pair("llama")
+    handle = percache.enable(model, tok, embedder="hash", predict="off")
+    yield handle
+    handle.close()
+
+
+def start(pc: Any, **settings: Any) -> ServerThread:
+    return ServerThread(pc, ServerSettings(model_name=MODEL, **settings)).start()
+
+
+@pytest.fixture
+def server(pc: Any) -> Iterator[ServerThread]:
+    srv = start(pc, default_max_tokens=8)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def scoped_server(pc: Any) -> Iterator[ServerThread]:
+    tokens = Tokens(parse_tokens(f"{k}={v}" for k, v in TOKENS.items()))
+    srv = start(pc, default_max_tokens=8, tokens=tokens)
+    yield srv
+    srv.stop()
+
+
+def client(srv: ServerThread, key: str = "unused") -> Any:
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def raw(srv: ServerThread, method: str, path: str, body: bytes | None = None,
+        headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """One plain HTTP request (stdlib only): status and decoded JSON body."""
+    conn = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+    finally:
+        conn.close()

@@ -1,0 +1,190 @@
+"""The OpenAI-compatible routes driven by the official ``openai`` client: greedy output equals
+plain generate and ``pc.chat``; streaming; multi-turn prefix reuse; stop sequences; refusals."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.helpers import baseline
+from tests.server.conftest import MODEL, client, raw
+
+openai = pytest.importorskip("openai")
+
+SYSTEM = "Be brief. Answer the question from the notes you were given."
+GREEDY = {"temperature": 0, "max_tokens": 6}
+
+
+def _template_ids(pc: Any, messages: list[dict[str, str]]) -> list[int]:
+    text = pc.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return list(pc.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _plain(pc: Any, ids: list[int], n: int) -> str:
+    with pc.disabled():
+        want, _ = baseline(pc.model, ids, n)
+    return str(pc.tokenizer.decode(want, skip_special_tokens=True))
+
+
+def test_models_lists_the_served_model(server: Any) -> None:
+    models = client(server).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert client(server).models.retrieve(MODEL).id == MODEL
+
+
+def test_chat_equals_plain_generate_and_pc_chat(pc: Any, server: Any) -> None:
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "When is the rehearsal?"}]
+    r = client(server).chat.completions.create(model=MODEL, messages=messages, **GREEDY)
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    ids = _template_ids(pc, messages)
+    assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 6
+    assert r.choices[0].finish_reason == "length"
+    assert r.choices[0].message.content == _plain(pc, ids, 6)
+    pc.sessions.create("s", system=SYSTEM)
+    reply = pc.chat("When is the rehearsal?", session="s", max_new_tokens=6, do_sample=False)
+    assert reply.prompt_ids == ids
+    assert r.choices[0].message.content == pc.tokenizer.decode(reply.token_ids, skip_special_tokens=True)
+
+
+def test_streaming_sends_the_same_text_in_openai_chunks(server: Any) -> None:
+    messages = [{"role": "user", "content": "Who brings the projector to the rehearsal on Friday?"}]
+    whole = client(server).chat.completions.create(model=MODEL, messages=messages, **GREEDY)
+    chunks = list(client(server).chat.completions.create(
+        model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True}, **GREEDY))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+    # The second identical request was served from the first one's prefix blocks.
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_multi_turn_reuses_the_conversation_prefix(pc: Any, server: Any) -> None:
+    c = client(server)
+    messages = [{"role": "system", "content": SYSTEM}]
+    for turn, question in enumerate(["Hello, who are you?", "When is the rehearsal?", "And where?"]):
+        messages.append({"role": "user", "content": question})
+        r = c.chat.completions.create(model=MODEL, messages=messages, **GREEDY)
+        answer = r.choices[0].message.content
+        assert answer == _plain(pc, _template_ids(pc, messages), 6), f"turn {turn + 1}"
+        cached = r.usage.prompt_tokens_details.cached_tokens
+        assert (cached > 0) == (turn > 0), f"turn {turn + 1}: cached_tokens={cached}"
+        assert cached % pc.config.prefix_block_tokens == 0 and cached < r.usage.prompt_tokens
+        messages.append({"role": "assistant", "content": answer})
+
+
+def _stop_in(text: str) -> tuple[int, str] | None:
+    """A stop sequence (two characters if possible) first found after the answer's start."""
+    for size in (2, 1):
+        for i in range(1, len(text) - size + 1):
+            stop = text[i:i + size]
+            if "\ufffd" not in stop and text.find(stop) == i:
+                return i, stop
+    return None
+
+
+def test_stop_sequence_cuts_the_answer(server: Any) -> None:
+    c = client(server)
+    for question in ("Hi", "What is on Friday?", "Who are you?", "List the meetings of this week."):
+        messages = [{"role": "user", "content": question}]
+        text = c.chat.completions.create(model=MODEL, messages=messages, temperature=0,
+                                         max_tokens=16).choices[0].message.content
+        found = _stop_in(text)
+        if found:
+            break
+    assert found, "no answer of the random model has a usable stop sequence"
+    at, stop = found
+    for stream in (False, True):
+        if stream:
+            chunks = list(c.chat.completions.create(model=MODEL, messages=messages, temperature=0,
+                                                    max_tokens=16, stop=[stop], stream=True))
+            got = "".join(ch.choices[0].delta.content or "" for ch in chunks)
+            reason = chunks[-1].choices[0].finish_reason
+        else:
+            r = c.chat.completions.create(model=MODEL, messages=messages, temperature=0,
+                                          max_tokens=16, stop=stop)
+            got, reason = r.choices[0].message.content, r.choices[0].finish_reason
+        assert got == text[:at] and reason == "stop"
+
+
+def test_completions_equal_pc_complete(pc: Any, server: Any) -> None:
+    prompt = "Notes: the budget review is on Monday; Ben owns the slides. Q: who owns the slides? A:"
+    r = client(server).completions.create(model=MODEL, prompt=prompt, **GREEDY)
+    assert r.object == "text_completion"
+    assert r.choices[0].text == pc.complete(prompt, max_new_tokens=6, do_sample=False).text
+    streamed = "".join(ch.choices[0].text for ch in client(server).completions.create(
+        model=MODEL, prompt=prompt, stream=True, **GREEDY))
+    assert streamed == r.choices[0].text
+
+
+def test_seeded_sampling_repeats(server: Any) -> None:
+    messages = [{"role": "user", "content": "Say something."}]
+    kw = {"model": MODEL, "messages": messages, "max_tokens": 8, "temperature": 1.0, "top_p": 0.9}
+    a, b = (client(server).chat.completions.create(seed=7, **kw).choices[0].message.content for _ in range(2))
+    assert a == b
+
+
+@pytest.mark.parametrize(("body", "status", "param", "code"), [
+    ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, 404, "model", "model_not_found"),
+    ({"model": MODEL, "messages": []}, 400, "messages", "empty_array"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9000}, 400,
+     "max_tokens", "context_length_exceeded"),
+    ({"model": MODEL, "messages": "hi"}, 400, "messages", "invalid_type"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": 3}]}, 400, "messages[0].content", "invalid_type"),
+    ({"model": MODEL, "messages": [{"role": "robot", "content": "hi"}]}, 400, "messages[0].role", None),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, 400,
+     "temperature", "invalid_type"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1.5}, 400,
+     "max_tokens", "invalid_type"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, 400,
+     "stream", "invalid_type"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", None),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stop": ["a"] * 5}, 400, "stop", None),
+])
+def test_bad_requests_get_openai_errors(server: Any, body: dict[str, Any], status: int,
+                                        param: str, code: str | None) -> None:
+    with pytest.raises(openai.APIStatusError) as info:
+        client(server).chat.completions.create(**body)
+    err = info.value
+    assert err.status_code == status
+    assert err.body["type"] == "invalid_request_error" and err.body["param"] == param
+    assert err.body["code"] == code and err.body["message"]
+
+
+@pytest.mark.parametrize("payload", [b"{not json", b"", b"[1, 2]", b"\xff\xfe"])
+def test_malformed_json_is_a_400(server: Any, payload: bytes) -> None:
+    status, body = raw(server, "POST", "/v1/chat/completions", payload)
+    assert status == 400
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["message"]
+
+
+def test_unknown_route_and_method_are_openai_errors(server: Any) -> None:
+    status, body = raw(server, "GET", "/v1/nothing")
+    assert status == 404 and body["error"]["message"].startswith("Unknown request URL")
+    assert raw(server, "GET", "/v1/chat/completions")[0] == 405
+
+
+def test_a_client_that_disconnects_frees_the_model(server: Any) -> None:
+    body = {"model": MODEL, "prompt": "Tell a very long story.", "max_tokens": 4000,
+            "temperature": 0, "stream": True}
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    got = [response.fp.readline() for _ in range(6)]
+    assert response.status == 200 and any(line.startswith(b"data: ") for line in got)
+    conn.sock.close()  # the client goes away mid-stream
+    conn.close()
+    t0 = time.perf_counter()
+    r = client(server).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                               **GREEDY)
+    waited = time.perf_counter() - t0
+    assert r.choices[0].message.content is not None
+    first = server.state.runner.records[0]
+    assert first.finish_reason == "cancelled" and first.completion_tokens < 4000
+    assert waited < 10, f"the next request waited {waited:.1f} s"
