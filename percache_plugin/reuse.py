@@ -21,11 +21,20 @@ from .stats import GenerationStats
 if TYPE_CHECKING:
     from .hooks.contexts import EngineContext
 
-__all__ = ["PlanError", "ReuseRunner", "store_computed"]
+__all__ = ["PlanError", "ReuseRunner", "count_origin", "store_computed"]
 
 
 class PlanError(RuntimeError):
     """A reuse plan that cannot be executed consistently; the request falls back to a full prefill."""
+
+
+def count_origin(kv: ChunkKV, stats: GenerationStats) -> None:
+    """Count a loaded node in ``stats`` by where the loader found it (``ChunkKV.origin``)."""
+    if kv.origin == "ram":
+        stats.ram_hits += 1
+        stats.ram_bytes += kv.nbytes
+    elif kv.origin == "store":
+        stats.ram_misses += 1
 
 
 class ReuseRunner:
@@ -63,6 +72,7 @@ class ReuseRunner:
             if kv is None:  # corrupt or evicted: exact reuse ends here
                 stats.load_misses += 1
                 break
+            count_origin(kv, stats)
             chunks.append(kv)
         return chunks
 
@@ -74,6 +84,7 @@ class ReuseRunner:
             if kv is None:
                 stats.load_misses += 1
                 continue
+            count_origin(kv, stats)
             placed.append(Placed(kv, piece.start, sp.source_start))
         return placed
 

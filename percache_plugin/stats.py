@@ -28,6 +28,9 @@ class GenerationStats:
     bytes_loaded: int = 0
     bytes_stored: int = 0
     load_misses: int = 0  # planned nodes that failed to load (corrupt, evicted meanwhile)
+    ram_hits: int = 0  # nodes served from the RAM tier (no file read, no checksum)
+    ram_bytes: int = 0  # bytes of those nodes
+    ram_misses: int = 0  # nodes the RAM tier did not hold: read from the store
     store_errors: int = 0  # cache writes that failed (full disk, read-only store): answer kept
     approximate: bool = False  # True when any reused K/V is not bit-exact (shifted, lossy dtype)
     fallback: str = ""  # why a plan was abandoned for a full prefill, if it was
@@ -54,6 +57,8 @@ class GenerationStats:
             f"new={self.new_tokens} loaded={self.bytes_loaded}B stored={self.bytes_stored}B "
             f"ttft={self.ttft_s * 1000:.1f}ms total={self.total_s * 1000:.1f}ms"
             + (f" fallback={self.fallback}" if self.fallback else "")
+            + (f" ram_hits={self.ram_hits} ram_bytes={self.ram_bytes}B ram_misses={self.ram_misses}"
+               if self.ram_hits or self.ram_misses else "")
             + (f" store_errors={self.store_errors}" if self.store_errors else "")
             + (f" drafted={self.tokens_drafted} accepted={self.tokens_accepted} "
                f"forwards_saved={self.forwards_saved}" if self.tokens_drafted else "")
@@ -91,6 +96,9 @@ class StatsTotals:
     bytes_loaded: int = 0
     bytes_stored: int = 0
     load_misses: int = 0
+    ram_hits: int = 0
+    ram_bytes: int = 0
+    ram_misses: int = 0
     store_errors: int = 0
     tokens_drafted: int = 0
     tokens_accepted: int = 0

@@ -10,12 +10,18 @@ from (creation time, token hash, size) and every hit compares it with the row no
 row that is gone or differs drops the RAM copy and the store is read. The store also calls
 :meth:`KVRamTier.invalidate` on every put and removal (``KVStore.add_listener``), which frees
 the memory at once.
+
+A hit still counts for the store's own eviction (a node read from RAM all the time is hot, not
+cold): it is passed to :meth:`~percache_plugin.kv.store.KVStore.record_hit`, which buffers the
+counts in memory and writes them in one transaction (before an eviction, or every few hits).
+What :meth:`KVRamTier.get` returns says where it came from (``ChunkKV.origin``: ``"ram"`` or
+``"store"``), which the request's stats count.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..kv.integrity import hash_token_ids
 from ..kv.store import ChunkKV, KVStore, NodeInfo
@@ -69,6 +75,7 @@ class KVRamTier:
         if held is not None:
             if held.version == _version(info) and info.token_hash == hash_token_ids(token_ids):
                 self.cache.lookup(ck, cls)
+                self.store.record_hit(key)
                 self._trace(key, info.nbytes, cls)
                 return held.kv
             self.cache.invalidate(ck)
@@ -79,8 +86,8 @@ class KVRamTier:
             return None
         after = self.store.info(key)  # the row we read may have been replaced meanwhile
         if after is not None and _version(after) == _version(info):
-            self.cache.offer(ck, _Entry(kv, _version(info)), kv.nbytes, cls)
-        return kv
+            self.cache.offer(ck, _Entry(replace(kv, origin="ram"), _version(info)), kv.nbytes, cls)
+        return replace(kv, origin="store")
 
     def invalidate(self, key: str) -> None:
         """Drop the RAM copy of ``key`` (the store wrote or removed it)."""

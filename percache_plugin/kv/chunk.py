@@ -15,10 +15,16 @@ __all__ = ["ChunkKV", "NodeInfo", "StoreStats", "check_limit", "check_node", "no
 
 @dataclass(frozen=True)
 class ChunkKV:
-    """K/V of one chunk: per layer ``[kv_heads, n_tokens, head_dim]`` (post-RoPE, no batch)."""
+    """K/V of one chunk: per layer ``[kv_heads, n_tokens, head_dim]`` (post-RoPE, no batch).
+
+    ``origin`` says where a loader found it, for the request's stats: ``"ram"`` (served by the
+    RAM tier), ``"store"`` (read from the store by the RAM tier on a miss) or ``""`` (not said).
+    It takes no part in equality.
+    """
 
     keys: tuple[torch.Tensor, ...]
     values: tuple[torch.Tensor, ...]
+    origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keys", tuple(self.keys))

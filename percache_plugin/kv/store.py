@@ -136,6 +136,15 @@ class KVStore:
             for k in keys:
                 fn(k)
 
+    def record_hit(self, key: str) -> None:
+        """Count a read of ``key`` that a cache in front of the store served (the RAM tier), so
+        that eviction sees the node as used; buffered, written in one transaction every 64 hits
+        or second, before an eviction and by :meth:`nodes` and :meth:`close` (:meth:`info` may
+        lag). :meth:`stats` counts only reads of the store itself."""
+        with self._lock:
+            if not self._closed and not self._index.record_hit(key):
+                self.write_errors += 1
+
     def _reject(self, key: str, reason: str) -> None:
         log.warning("percache store: dropping corrupt node %s (%s)", key, reason)
         self._remove([key], misses=1, corrupt=1)
@@ -265,6 +274,7 @@ class KVStore:
     def nodes(self) -> list[NodeInfo]:
         with self._lock:
             self._check_open()
+            self._index.flush_hits()
             return self._index.nodes()
 
     def delete(self, key: str, *, with_descendants: bool = True) -> int:

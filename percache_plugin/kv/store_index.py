@@ -9,6 +9,7 @@ processes and handles can share one database.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 from ..sqlite_tx import BUSY_TIMEOUT_S, Database, Schema, connect
 from .chunk import NodeInfo, StoreStats, node_info
 from .eviction import StoredNode
+from .hit_buffer import HitBuffer
 
 __all__ = ["DB_NAME", "KV_SCHEMA", "NODE_COLS", "NodeIndex", "is_write_failure", "layout_of",
            "stored_fingerprints"]
@@ -41,6 +43,7 @@ CREATE TABLE IF NOT EXISTS kv_counters (
     evictions INTEGER NOT NULL DEFAULT 0, bytes_loaded INTEGER NOT NULL DEFAULT 0,
     bytes_written INTEGER NOT NULL DEFAULT 0);
 """)
+log = logging.getLogger(__name__)
 NODE_COLS = "key, parent, n_tokens, start, nbytes, hits, token_hash, created, last_access, extra"
 
 
@@ -50,6 +53,7 @@ class NodeIndex(Database):
 
     def __init__(self, path: Path | None, fingerprint: str) -> None:
         self.fingerprint = fingerprint
+        self.pending_hits = HitBuffer()
         self.db = connect(path, KV_SCHEMA)
         try:
             with self.tx():
@@ -97,6 +101,37 @@ class NodeIndex(Database):
             self.db.execute("UPDATE kv_nodes SET hits = hits + 1, last_access = ?"
                             " WHERE fingerprint = ? AND key = ?", (time.time(), self.fingerprint, key))
             self.bump(hits=1, bytes_loaded=nbytes)
+
+    def record_hit(self, key: str) -> bool:
+        """Buffer a hit on ``key`` served in front of the store (:class:`~.hit_buffer.HitBuffer`)
+        and write the pending ones when due; False if that write failed (see :meth:`flush_hits`)."""
+        return not self.pending_hits.add(key) or self.flush_hits()
+
+    def flush_hits(self) -> bool:
+        """Add the buffered hits to the nodes' ``hits`` and ``last_access`` in one transaction
+        (the store's own counters are left alone: they count reads of the store). Also done
+        by :meth:`eviction_nodes` and :meth:`close`. Best-effort: False,
+        with a warning, when the database refuses the write (those counts are lost)."""
+        pending = self.pending_hits.drain()
+        if not pending:
+            return True
+        try:
+            with self.tx():
+                self.db.executemany(
+                    "UPDATE kv_nodes SET hits = hits + ?, last_access = MAX(last_access, ?)"
+                    " WHERE fingerprint = ? AND key = ?",
+                    [(n, t, self.fingerprint, k) for k, n, t in pending])
+        except Exception as exc:
+            if not is_write_failure(exc):
+                raise
+            log.warning("percache store: counting %d node(s) read from a cache failed (%s: %s)",
+                        len(pending), type(exc).__name__, exc)
+            return False
+        return True
+
+    def close(self) -> None:
+        self.flush_hits()
+        super().close()
 
     def bump(self, **deltas: int) -> None:
         sets = ", ".join(f"{name} = {name} + ?" for name in deltas)
@@ -149,7 +184,8 @@ class NodeIndex(Database):
         return StoreStats(entries, total, *(counters or (0,) * len(_COUNTERS)))
 
     def eviction_nodes(self) -> list[StoredNode]:
-        """Every node of this fingerprint, as an eviction policy sees it."""
+        """Every node of this fingerprint, as an eviction policy sees it (buffered hits written first)."""
+        self.flush_hits()
         rows = self.db.execute("SELECT key, parent, nbytes, hits, last_access, created"
                                " FROM kv_nodes WHERE fingerprint = ?", (self.fingerprint,)).fetchall()
         return [StoredNode(str(k), None if p is None else str(p), int(b), int(h), float(a), float(c))

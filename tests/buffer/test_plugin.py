@@ -24,6 +24,11 @@ def test_ram_tier_serves_repeated_requests_with_the_same_tokens(tmp_path: Path) 
     assert cold.token_ids == first.token_ids == again.token_ids
     assert again.stats.tokens_reused == first.stats.tokens_reused > 0
     assert pc.store.stats().bytes_loaded == loaded
+    assert (first.stats.ram_hits, first.stats.ram_misses) == (0, first.stats.nodes_reused)
+    assert (again.stats.ram_hits, again.stats.ram_misses) == (again.stats.nodes_reused, 0)
+    assert again.stats.ram_bytes == again.stats.bytes_loaded > 0 and first.stats.ram_bytes == 0
+    assert "ram_hits=" in again.stats.summary()
+    assert pc.stats().ram_hits == again.stats.ram_hits
     plugin = ram_plugin(pc)
     stats = plugin.ram_tier_stats()
     assert stats["hits"] == first.stats.nodes_reused and stats["bytes"] > 0
@@ -35,8 +40,9 @@ def test_budget_zero_turns_the_tier_off(tmp_path: Path) -> None:
     model, tok = tiny_pair("llama")
     pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=0)
     pc.generate(SEGMENTS, **GEN)
-    pc.generate(SEGMENTS, **GEN)
+    g = pc.generate(SEGMENTS, **GEN)
     assert ram_plugin(pc).tier is None
+    assert g.stats.nodes_reused > 0 and (g.stats.ram_hits, g.stats.ram_misses, g.stats.ram_bytes) == (0, 0, 0)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True])

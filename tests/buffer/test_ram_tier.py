@@ -19,8 +19,10 @@ def test_hit_returns_the_held_tensors_without_reading_the_store(tmp_path) -> Non
     first = tier.get("a", IDS)
     loaded = store.stats().bytes_loaded
     second = tier.get("a", IDS)
-    assert second is first and store.stats().bytes_loaded == loaded
+    assert all(a is b for a, b in zip(second.keys, first.keys, strict=True))
+    assert store.stats().bytes_loaded == loaded
     assert tier.stats.hits == 1 and tier.stats.misses == 1
+    assert (first.origin, second.origin) == ("store", "ram")
 
 
 def test_rewritten_entry_is_never_served_stale(tmp_path) -> None:
@@ -79,3 +81,37 @@ def test_eviction_keeps_the_budget(tmp_path) -> None:
         assert tier.cache.used <= 3 * size
     assert len(tier.cache) == 3 and tier.stats.evictions == 3
     assert [f"k{i}" in tier.cache for i in range(6)] == [False] * 3 + [True] * 3
+
+
+def test_ram_hits_count_for_the_stores_eviction(tmp_path) -> None:
+    # "hot" is read once from the store, then served from RAM; "warm" is read from the store
+    # twice. Without RAM hits reaching the store, LFU eviction would drop the hot node first.
+    store = KVStore(tmp_path, fingerprint="fp")
+    for key in ("hot", "warm", "cold"):
+        store.put(key, chunk(1.0), parent=None, start=0, token_ids=IDS)
+    store.set_byte_limit(store.total_bytes())  # room for three nodes
+    tier = KVRamTier(store, 1 << 20)
+    for _ in range(10):
+        assert tier.get("hot", IDS) is not None
+    assert tier.stats.hits == 9
+    store.get("warm", token_ids=IDS)
+    store.get("warm", token_ids=IDS)
+    store.put("new", chunk(2.0), parent=None, start=0, token_ids=IDS)  # over the limit: one goes
+    assert store.contains("hot") and store.contains("warm") and not store.contains("cold")
+    store.put("newer", chunk(3.0), parent=None, start=0, token_ids=IDS)
+    assert store.contains("hot") and not store.contains("new")
+    assert {n.key: n.hits for n in store.nodes()}["hot"] == 10
+
+
+def test_ram_hits_are_buffered_not_written_one_by_one(tmp_path) -> None:
+    store = KVStore(tmp_path, fingerprint="fp")
+    store.put("a", chunk(1.0), parent=None, start=0, token_ids=IDS)
+    tier = KVRamTier(store, 1 << 20)
+    tier.get("a", IDS)
+    tier.get("a", IDS)
+    assert store.info("a").hits == 1  # the RAM hit is pending
+    assert [n.hits for n in store.nodes()] == [2]  # listing the nodes writes it
+    for _ in range(64):
+        tier.get("a", IDS)
+    assert store.info("a").hits == 66  # 64 pending hits are written at once
+    assert store.stats().hits == 1  # the store's own counter: reads of the store only
