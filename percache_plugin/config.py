@@ -267,6 +267,16 @@ class Config:
         "plugin's); None uses every source offered.",
         None,
     )
+    memory_recall: bool = _help(
+        "Before each chat turn, recall the facts of pc.memory most similar to the message into "
+        "the turn (docs/memory.md). Off by default: a chat turn is then exactly the conversation.",
+        False,
+    )
+    memory_in_ask: bool = _help(
+        "ask() retrieves memory facts of its scope beside the document chunks.", True)
+    memory_k: int = _help("Most facts recalled per chat turn or ask().", 3)
+    memory_threshold: float = _help(
+        "Least cosine similarity between the message and a fact for the fact to be recalled.", 0.35)
 
     def __post_init__(self) -> None:  # noqa: C901 - one check per field
         hints = typing.get_type_hints(Config)
@@ -321,7 +331,8 @@ class Config:
                 or self.knowledge_rounds < 0:
             raise ConfigError(f"knowledge_rounds must be an int >= 0, got {self.knowledge_rounds!r}")
         for name in ("chunk_words", "top_k", "prediction_stride", "abstract_max_chunks",
-                     "abstract_batch_chunks", "abstract_max_words", "background_max_new_tokens"):
+                     "abstract_batch_chunks", "abstract_max_words", "background_max_new_tokens",
+                     "memory_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")
@@ -339,6 +350,8 @@ class Config:
         if self.qa_byte_limit is not None and (
                 not isinstance(self.qa_byte_limit, int) or self.qa_byte_limit <= 0):
             raise ConfigError(f"qa_byte_limit must be a positive int or None, got {self.qa_byte_limit!r}")
+        if not -1.0 <= float(self.memory_threshold) <= 1.0:
+            raise ConfigError(f"memory_threshold must be in [-1, 1], got {self.memory_threshold!r}")
         self._check_session()
         self._check_drafting()
         self._check_meaning_guards()

@@ -21,6 +21,8 @@ from .engine import Engine
 from .hooks.manager import Hooks
 from .idle import IdleQueue, IdleReport
 from .kv.store import KVStore
+from .memory.api import Memory
+from .plugins.memory import MEMORY_PLUGIN, MemoryPlugin
 from .predict.state import PredictionState
 from .rag.embeddings import Embedder
 from .rag.knowledge import AddReport, KnowledgeBank
@@ -41,6 +43,7 @@ class PerCache:
     :ivar engine: K/V reuse (generate, prefill, the store, the attention switch).
     :ivar assistant: ask(), the banks and idle work.
     :ivar sessions: chat sessions (create, list, fork, reset, delete).
+    :ivar memory: facts (add, search, list, update, history, forget).
     """
 
     def __init__(self, model: Any, tokenizer: Any, store: str | Path | None, config: Config,
@@ -48,8 +51,13 @@ class PerCache:
         self.engine = Engine(model, tokenizer, store, config, plugins)
         self.assistant = Assistant(self.engine)
         self.sessions = Sessions(self.engine, self.engine.ctx.use_template)
+        self.memory = Memory(self.assistant.ctx, self._memory_plugin, self.engine.tokenizer)
         if config.debug_log:
             ensure_handler()
+
+    def _memory_plugin(self) -> MemoryPlugin | None:
+        plugin = self.engine.plugins.get_plugin(MEMORY_PLUGIN)
+        return plugin if isinstance(plugin, MemoryPlugin) else None
 
     # -- what the handle is made of -------------------------------------------------------
     @property

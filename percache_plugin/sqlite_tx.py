@@ -4,7 +4,8 @@ transaction helper shared by every component of the store's database.
 :func:`connect` creates the database file owner-only (0600) before SQLite opens it, so
 SQLite gives its ``-wal`` and ``-shm`` files the same mode; it sets WAL (readers never block
 the writer), ``synchronous=NORMAL`` (a process crash loses nothing committed) and a busy
-timeout (concurrent writers from other processes or handles wait instead of failing).
+timeout (concurrent writers from other processes or handles wait instead of failing) and
+``secure_delete`` (deleted content is zeroed in the file, not left in free pages).
 Each component declares its tables as a :class:`Schema`; :func:`connect` creates them and
 records their version in ``percache_schemas``, refusing a database written by another
 version of that component.
@@ -54,6 +55,9 @@ def connect(path: Path | None, *schemas: Schema) -> sqlite3.Connection:
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
+            # Deleted rows are overwritten with zeros, so a forgotten memory or a removed answer
+            # leaves no text in the database's free pages.
+            db.execute("PRAGMA secure_delete = ON")
         except (OSError, sqlite3.Error) as exc:
             raise PermissionError(f"cannot open store database {str(path)!r}: {exc}") from None
     try:

@@ -19,13 +19,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "predict.templates", "prompts",
      "buffer.policies", "buffer.llm_aware", "buffer.cache", "buffer.trace", "buffer.workloads"),
     ("kv", "attention", "buffer", "rag", "predict", "idle", "decode", "session.state",
-     "turnlog"),
+     "turnlog", "memory"),
     ("hooks",),
     ("reuse", "request", "plugins", "buffer.plugin"),
     ("engine",),
-    ("assistant", "session"),
+    ("assistant", "session", "memory.api"),
     ("handle",),
-    ("", "cli", "cli_errors", "admin", "demo", "bench", "conformance", "bundled", "plugin_list"),
+    ("", "cli", "cli_errors", "admin", "memory.cli", "demo", "bench", "conformance", "bundled", "plugin_list"),
 )
 HANDLE_LAYER = 7
 

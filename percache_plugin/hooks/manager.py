@@ -49,6 +49,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:BuiltinEviction",
     "percache_plugin.plugins.banks:KnowledgeRetrieval",
     "percache_plugin.plugins.banks:QABankPlugin",
+    "percache_plugin.plugins.memory:MemoryPlugin",
     "percache_plugin.plugins.builtin:BuiltinProfiles",
     "percache_plugin.plugins.builtin:RequestLog",
     "percache_plugin.plugins.session:OldestTurnsFirst",
@@ -171,6 +172,10 @@ class Hooks:
 
     def documents_added(self, ctx: AssistantContext, report: AddReport) -> None:
         self._hook.percache_documents_added(ctx=ctx, report=report)
+
+    def sources_forgotten(self, ctx: AssistantContext, ids: Sequence[str]) -> int:
+        """How many derived items (stored answers, ...) the plugins removed."""
+        return sum(n for n in self._hook.percache_sources_forgotten(ctx=ctx, ids=list(ids)) if n)
 
     def close(self, ctx: AssistantContext) -> None:
         self._hook.percache_close(ctx=ctx)

@@ -314,6 +314,20 @@ def percache_documents_added(ctx: AssistantContext, report: AddReport) -> None:
 
 
 @hookspec
+def percache_sources_forgotten(ctx: AssistantContext, ids: Sequence[str]) -> int | None:
+    """Sources (memory facts, chunks) were forgotten: drop everything built on them.
+    Every implementation is called.
+
+    The default (the QA-bank plugin) deletes every stored answer whose ``sources`` include one
+    of ``ids``, so an answer built on a forgotten fact is never served again.
+
+    :param ctx: the assistant context.
+    :param ids: the forgotten ids.
+    :return: how many derived items the plugin removed (None: nothing to do).
+    """
+
+
+@hookspec
 def percache_close(ctx: AssistantContext) -> None:
     """The handle is closing: release what the plugin holds. Every implementation is called.
 

@@ -121,6 +121,13 @@ class QABankPlugin:
                                origin=origin, embedding=query.embedding)  # type: ignore[arg-type]
 
     @hookimpl(trylast=True)
+    def percache_sources_forgotten(self, ctx: AssistantContext, ids: Sequence[str]) -> int:
+        gone = set(ids)
+        bank = self.bank(ctx)
+        built_on = [e.id for e in bank.entries() if gone.intersection(e.sources)]
+        return sum(bank.delete(entry_id) for entry_id in built_on)
+
+    @hookimpl(trylast=True)
     def percache_documents_added(self, ctx: AssistantContext, report: AddReport) -> None:
         if not ctx.config.use_qa_bank or not report.new_chunks:
             return

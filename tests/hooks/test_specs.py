@@ -79,6 +79,8 @@ def test_every_hook_is_exercised(tmp_path: Path) -> None:
     pc.configure(session_eviction="masked")
     for i in range(3):
         pc.chat(f"And item {i + 4}?", max_new_tokens=2)
+    fact = pc.memory.add("Ana sings alto.").fact
+    pc.memory.forget(fact.id)  # sources_forgotten
     pc.close()  # close
     pc.plugins.unregister(rec)
     for _ in range(2):  # session_saved, then session_loaded

@@ -1,0 +1,91 @@
+"""``pc.memory``: add, search, list, update, history and forget facts of the handle's store.
+
+:meth:`Memory.forget` removes a fact from every place percache keeps it: its rows and history
+(a tombstone keeps the id), the in-memory index, its K/V nodes in the store (the ones recorded
+for it and any node holding exactly its tokens as a chunk, with their descendants), and every
+stored answer built on it (``percache_sources_forgotten``); then it checkpoints the SQLite WAL
+so no old frame holds the text (deleted rows are zeroed by ``secure_delete``).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..hooks.contexts import AssistantContext
+from ..plugins.memory import MemoryPlugin
+from .bank import AddResult, FactHit, MemoryBank
+from .forget import ForgetReport, drop_kv, forget_everywhere
+from .rows import Fact, HistoryEvent
+
+__all__ = ["ForgetReport", "Memory"]
+
+
+class Memory:
+    """The facts (L2 memory) of one handle; every call takes a ``scope`` (``None``: the
+    unscoped memory) and never reads another scope."""
+
+    def __init__(self, ctx: AssistantContext, plugin: Callable[[], MemoryPlugin | None],
+                 tokenizer: Any) -> None:
+        self._ctx = ctx
+        self._plugin = plugin
+        self._tokenizer = tokenizer
+
+    @property
+    def bank(self) -> MemoryBank:
+        plugin = self._plugin()
+        if plugin is None:
+            raise LookupError("the built-in memory plugin is not registered")
+        return plugin.bank(self._ctx)
+
+    def add(self, text: str, scope: str | None = None,
+            metadata: Mapping[str, str] | None = None) -> AddResult:
+        """Store a fact. ``metadata["subject"]`` names what it is about: a newer fact with the
+        same subject supersedes the older (kept in history, not served). The same fact added
+        twice is stored once and never removed (``result.status``)."""
+        return self.bank.add(text, scope, metadata)
+
+    def search(self, query: str, scope: str | None = None, k: int = 5) -> builtins.list[FactHit]:
+        """The ``k`` best active facts of ``scope`` (BM25 + embeddings), best first."""
+        return self.bank.search(query, scope, k)
+
+    def get(self, fact_id: str) -> Fact:
+        return self.bank.get(fact_id)
+
+    def list(self, scope: str | None = None, *, superseded: bool = False) -> builtins.list[Fact]:
+        """Facts of ``scope`` in the order added (active only unless ``superseded``)."""
+        return self.bank.list(scope, superseded=superseded)
+
+    def scopes(self) -> builtins.list[str | None]:
+        return self.bank.scopes()
+
+    def update(self, fact_id: str, text: str, metadata: Mapping[str, str] | None = None) -> Fact:
+        """Replace a fact's text; the old version stays in :meth:`history`. K/V and stored
+        answers built on the old text are dropped."""
+        old = self.bank.get(fact_id)
+        fact = self.bank.update(fact_id, text, metadata)
+        self._drop_derived(old)
+        return fact
+
+    def history(self, fact_id: str) -> builtins.list[HistoryEvent]:
+        return self.bank.history(fact_id)
+
+    def forget(self, fact_id: str) -> ForgetReport:
+        """Remove the fact everywhere (see the module docstring); only its id remains, as a
+        tombstone (``get`` then raises ``UnknownFact`` saying it was forgotten). Forgetting a
+        tombstoned id again cleans whatever an interrupted forget left."""
+        return forget_everywhere(self.bank, fact_id, [self._ctx.engine.store], self._drop_answers,
+                                 self._token_ids)
+
+    def _drop_answers(self, ids: builtins.list[str]) -> int:
+        return self._ctx.hooks.sources_forgotten(self._ctx, ids)
+
+    def _token_ids(self, text: str) -> builtins.list[builtins.list[int]]:
+        separator = self._ctx.config.chunk_separator
+        return [list(self._tokenizer(t, add_special_tokens=False)["input_ids"])
+                for t in (text + separator, text)]
+
+    def _drop_derived(self, fact: Fact) -> tuple[int, int]:
+        kv = drop_kv([self._ctx.engine.store], fact.id, set(fact.kv_keys), fact.text, self._token_ids)
+        return kv, self._drop_answers([fact.id])

@@ -1,0 +1,252 @@
+"""The memory bank: facts (L2) in SQLite, searchable by BM25 + embeddings within one scope.
+
+The rows (:mod:`.rows`) are the source of truth; the in-memory :class:`HybridIndex` holds the
+active facts and is reconciled with the rows by their generation counter before every use,
+so facts written by another handle are seen at once. Searches never cross scopes (``None``
+is the unscoped memory, not "every scope").
+
+Written policies:
+
+- **Duplicates.** A fact whose normalised text (:func:`.text.normalize`) equals an active
+  fact of the scope, or whose embedding has cosine >= ``near_duplicate`` with one, is not
+  stored again: the existing fact is returned (``AddResult.status``) and its history records
+  the re-add. Adding the same fact twice never deletes or changes it.
+- **Conflicts.** A fact with a ``subject`` (``metadata["subject"]``) supersedes the active
+  facts of the same scope and normalised subject: they become ``superseded`` (kept, listed by
+  :meth:`MemoryBank.list` with ``superseded=True`` and in :meth:`history`, never served).
+  The newer fact is the one added later. Facts without a subject never supersede anything.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..rag.chunking import Chunk
+from ..rag.embeddings import Embedder
+from ..rag.index import HybridIndex
+from .rows import Fact, FactRows, HistoryEvent
+from .text import normalize, subject_key
+
+__all__ = ["AddResult", "FactHit", "MemoryBank", "UnknownFact", "check_metadata", "fact_chunk"]
+
+DOC_ID = "memory"
+
+
+class UnknownFact(KeyError):
+    """No fact of that id (a forgotten fact's id names its tombstone)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """What :meth:`MemoryBank.add` did: ``status`` is ``added``, ``duplicate`` (same
+    normalised text) or ``near_duplicate`` (embedding within ``near_duplicate``); ``fact`` is
+    the stored fact (the existing one for a duplicate); ``superseded`` the ids it replaced."""
+
+    fact: Fact
+    status: str
+    superseded: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FactHit:
+    """A search result: the fused rank score and the cosine similarity to the query."""
+
+    fact: Fact
+    score: float
+    similarity: float
+
+
+def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """``metadata`` as a dict of str to str (TypeError naming the bad entry)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping of str to str, got {type(metadata).__name__}")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"metadata must map str to str; {key!r}: {value!r} is not")
+    return dict(metadata)
+
+
+def _check_scope(scope: object) -> str | None:
+    if scope is not None and not isinstance(scope, str):
+        raise TypeError(f"scope must be a str or None, got {type(scope).__name__}")
+    return scope
+
+
+class MemoryBank:
+    """Facts of one store (``path`` None: in memory); thread-safe.
+
+    :param path: the store's SQLite file (shared with the K/V index and the QA bank).
+    :param embedder: embeds facts and queries; a reopened memory refuses another one.
+    :param near_duplicate: cosine at or above which a new fact is a near-duplicate.
+    """
+
+    def __init__(self, path: Path | None, embedder: Embedder, *, near_duplicate: float = 0.95) -> None:
+        if not 0.0 < near_duplicate <= 1.0:
+            raise ValueError(f"near_duplicate must be in (0, 1], got {near_duplicate!r}")
+        self.embedder = embedder
+        self.near_duplicate = near_duplicate
+        self._rows = FactRows(path, embedder.name, embedder.dim)
+        self._lock = threading.RLock()
+        self._index = HybridIndex(embedder.dim)
+        self._generation = -1
+
+    def close(self) -> None:
+        self._rows.close()
+
+    # -- the index ----------------------------------------------------------------------
+    def _sync(self) -> None:
+        generation = self._rows.generation()
+        if generation == self._generation:
+            return
+        self._index = HybridIndex(self.embedder.dim)
+        active = self._rows.active_vectors()
+        if active:
+            chunks = [_chunk(f) for f, _ in active.values()]
+            self._index.add(chunks, np.stack([v for _, v in active.values()]))
+        self._generation = generation
+
+    def _embed(self, text: str) -> np.ndarray:
+        return np.asarray(self.embedder.embed([text])[0], dtype=np.float32)
+
+    # -- API ------------------------------------------------------------------------------
+    def add(self, text: str, scope: str | None = None,
+            metadata: Mapping[str, str] | None = None) -> AddResult:
+        """Store a fact (see the module docstring for duplicates and conflicts)."""
+        norm, meta, scope = _checked(text, scope, metadata)
+        vector = self._embed(text)
+        subject = subject_key(meta.get("subject"))
+        with self._lock, self._rows.tx():
+            self._sync()
+            same = self._rows.with_norm(scope, norm) or self._near(vector, scope)
+            if same is not None:
+                self._rows.log(same.id, "readded", text, meta)
+                status = "duplicate" if normalize(same.text) == norm else "near_duplicate"
+                return AddResult(same, status)
+            now = time.time()
+            fact = Fact("m" + uuid.uuid4().hex[:16], text, scope, meta, now, now, subject=subject)
+            old = [f.id for f in self._rows.with_subject(scope, subject)] if subject else []
+            self._rows.insert(fact, norm, vector)
+            self._rows.supersede(old, fact.id)
+        return AddResult(fact, "added", tuple(old))
+
+    def _near(self, vector: np.ndarray, scope: str | None) -> Fact | None:
+        ids = [c.id for c in self._index.chunks() if c.scope == scope]
+        if not ids:
+            return None
+        sims = self._index.vectors(ids) @ vector
+        best = int(np.argmax(sims))
+        return self._rows.get(ids[best]) if sims[best] >= self.near_duplicate else None
+
+    def search(self, query: str, scope: str | None = None, k: int = 5, *,
+               embedding: np.ndarray | None = None) -> builtins.list[FactHit]:
+        """The ``k`` best active facts of ``scope`` for ``query``, best first."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError(f"query must be a non-empty str, got {query!r}")
+        scope = _check_scope(scope)
+        emb = self._embed(query) if embedding is None else np.asarray(embedding, np.float32).reshape(-1)
+        with self._lock:
+            self._sync()
+            hits = self._index.search(query, emb, k, scope=scope)
+            if not hits:
+                return []
+            sims = self._index.vectors([h.chunk_id for h in hits]) @ (emb / np.linalg.norm(emb))
+            out = []
+            for hit, sim in zip(hits, sims, strict=True):
+                fact = self._rows.get(hit.chunk_id)
+                if fact is not None:
+                    out.append(FactHit(fact, hit.score, float(sim)))
+            return out
+
+    def get(self, fact_id: str) -> Fact:
+        fact = self._rows.get(fact_id)
+        if fact is None:
+            gone = " (forgotten)" if self._rows.tombstoned(fact_id) else ""
+            raise UnknownFact(f"no fact {fact_id!r}{gone}")
+        return fact
+
+    def find(self, fact_id: str) -> Fact | None:
+        """The fact of this id in any status, or None."""
+        return self._rows.get(fact_id)
+
+    def list(self, scope: str | None = None, *, superseded: bool = False) -> builtins.list[Fact]:
+        """Facts of ``scope`` in the order added (active only unless ``superseded``)."""
+        return self._rows.select(_check_scope(scope), status=None if superseded else "active")
+
+    def scopes(self) -> builtins.list[str | None]:
+        return self._rows.scopes()
+
+    def update(self, fact_id: str, text: str, metadata: Mapping[str, str] | None = None) -> Fact:
+        """Replace a fact's text (and metadata, when given); the old version goes to its
+        history. Its stored K/V keys are dropped (the caller deletes the K/V)."""
+        with self._lock, self._rows.tx():
+            fact = self.get(fact_id)
+            meta_in = fact.metadata if metadata is None else metadata
+            norm, meta, _ = _checked(text, fact.scope, meta_in)
+            subject = subject_key(meta.get("subject"))
+            self._rows.replace_text(fact, text, norm, meta, subject, self._embed(text))
+        return replace(self.get(fact_id), kv_keys=())
+
+    def history(self, fact_id: str) -> builtins.list[HistoryEvent]:
+        """Every change of the fact, oldest first (raises :class:`UnknownFact` when unknown
+        or forgotten: forgetting removes the history too)."""
+        self.get(fact_id)
+        return self._rows.history(fact_id)
+
+    def set_kv_keys(self, fact_id: str, keys: builtins.list[str]) -> None:
+        with self._lock, self._rows.tx():
+            self._rows.set_kv_keys(fact_id, keys)
+
+    def forget(self, fact_id: str) -> Fact:
+        """Remove the fact and its history (a tombstone keeps the id); returns what was
+        removed, so the caller can drop its K/V and cached answers, then :meth:`scrub`."""
+        with self._lock, self._rows.tx():
+            fact = self.get(fact_id)
+            self._rows.forget(fact_id)
+        with self._lock:
+            self._sync()
+        return fact
+
+    def tombstoned(self, fact_id: str) -> bool:
+        return self._rows.tombstoned(fact_id)
+
+    def scrub(self) -> bool:
+        """Checkpoint and truncate the WAL (see :meth:`FactRows.scrub`)."""
+        with self._lock:
+            return self._rows.scrub()
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._sync()
+            return len(self._index)
+
+
+def _chunk(fact: Fact) -> Chunk:
+    return Chunk(fact.id, DOC_ID, 0, fact.text, fact.scope, fact.metadata)
+
+
+def fact_chunk(fact: Fact) -> Chunk:
+    """A fact as a retrievable chunk (id = fact id), for prompts built from chunks."""
+    return _chunk(fact)
+
+
+def _checked(text: object, scope: object, metadata: Mapping[str, str] | None
+             ) -> tuple[str, dict[str, str], str | None]:
+    if not isinstance(text, str):
+        raise TypeError(f"a fact's text must be a str, got {type(text).__name__}")
+    norm = normalize(text)
+    if not norm:
+        raise ValueError(f"a fact needs at least one word, got {text!r}")
+    return norm, check_metadata(metadata), _check_scope(scope)

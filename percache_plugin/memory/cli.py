@@ -1,0 +1,136 @@
+"""``percache memory list|search|forget STORE``: the facts of a store, without a model.
+
+Each action is one entry of :data:`ACTIONS` (``name -> (help, run)``), so another action
+joins the group by adding an entry. ``search`` loads the embedder the memory was built with;
+``list`` and ``forget`` embed nothing. ``forget`` removes the fact from every model
+fingerprint's K/V in the store (nodes that used it as a chunk) and every stored answer built
+on it, then checkpoints the database (see :mod:`percache_plugin.memory.forget`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..admin.store_admin import StoreAdmin
+from ..cli_errors import UsageError
+from ..kv.store import DB_NAME
+from ..rag.embeddings import Embedder, load_embedder
+from ..rag.qa_bank import QABank
+from .bank import MemoryBank, UnknownFact
+from .forget import forget_everywhere
+from .rows import Fact, FactRows
+
+__all__ = ["ACTIONS", "add_arguments", "open_memory", "run"]
+
+
+class _StoredEmbedder:
+    """The memory's embedder by name and dimension, for actions that embed nothing."""
+
+    def __init__(self, name: str, dim: int) -> None:
+        self.name = name
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise RuntimeError("this action embeds nothing")
+
+
+def open_memory(path: Path, *, embed: bool = False) -> MemoryBank:
+    """The memory of the store at ``path`` (``embed``: with its real embedder loaded).
+
+    :raises UsageError: ``path`` is not a store, or its memory is empty."""
+    db = path / DB_NAME
+    if not db.is_file():
+        raise UsageError(f"{str(path)!r} is not a percache store (no {DB_NAME} in it)",
+                         "pass the directory given to enable(store=...)")
+    stored = FactRows.stored_embedder(db)
+    if stored is None:
+        raise UsageError(f"the store {str(path)!r} holds no memory facts", "add some with pc.memory.add()")
+    embedder: Embedder = load_embedder(stored[0]) if embed else _StoredEmbedder(*stored)  # type: ignore[assignment]
+    return MemoryBank(db, embedder)
+
+
+def _line(fact: Fact, extra: str = "") -> str:
+    scope = "" if fact.scope is None else f" scope={fact.scope}"
+    flag = "" if fact.status == "active" else f" [{fact.status} by {fact.superseded_by}]"
+    return f"  {fact.id}{scope}{flag}{extra}: {fact.text}"
+
+
+def _list(args: argparse.Namespace) -> int:
+    bank = open_memory(args.store)
+    try:
+        scopes = [args.scope] if args.scope is not None else bank.scopes()
+        facts = [f for s in scopes for f in bank.list(s, superseded=args.all)]
+        print(f"{len(facts)} facts")
+        for fact in facts:
+            print(_line(fact))
+    finally:
+        bank.close()
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    if not args.query:
+        raise UsageError("'memory search' needs a QUERY", "e.g. percache memory search STORE 'tea'")
+    bank = open_memory(args.store, embed=True)
+    try:
+        hits = bank.search(args.query, args.scope, args.k)
+        print(f"{len(hits)} facts in scope {args.scope!r}")
+        for hit in hits:
+            print(_line(hit.fact, f" cos={hit.similarity:.3f}"))
+    finally:
+        bank.close()
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    if not args.query:
+        raise UsageError("'memory forget' needs a FACT_ID", "see the ids with 'percache memory list STORE'")
+    bank = open_memory(args.store)
+    try:
+        # The QA bank shares the memory's embedder (one handle wrote both).
+        qa = QABank(args.store / DB_NAME, bank.embedder, byte_limit=None)
+        try:
+            with StoreAdmin(args.store) as admin:
+                stores = [admin.kv_store(fp) for fp in admin.fingerprints()]
+
+                def drop_answers(ids: list[str]) -> int:
+                    built_on = [e.id for e in qa.entries() if set(ids).intersection(e.sources)]
+                    return sum(qa.delete(i) for i in built_on)
+
+                try:
+                    report = forget_everywhere(bank, args.query, stores, drop_answers)
+                except UnknownFact as exc:
+                    raise UsageError(str(exc), "see the ids with 'percache memory list STORE'") from exc
+        finally:
+            qa.close()
+        scrubbed = bank.scrub()
+    finally:
+        bank.close()
+    print(f"forgot {report.fact_id}: {report.kv_nodes} K/V nodes, {report.answers} stored answers"
+          f"{'' if scrubbed else ' (the database is in use elsewhere: its WAL is emptied later)'}")
+    return 0
+
+
+ACTIONS: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {
+    "list": ("the facts of every scope (or --scope), --all with superseded ones", _list),
+    "search": ("the facts of --scope most similar to QUERY", _search),
+    "forget": ("remove fact FACT_ID everywhere (rows, history, K/V, stored answers)", _forget),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=sorted(ACTIONS),
+                   help="; ".join(f"{name}: {text}" for name, (text, _) in ACTIONS.items()))
+    p.add_argument("store", type=Path, help="the store directory (as given to enable(store=...))")
+    p.add_argument("query", nargs="?", default=None, help="search: the query; forget: the fact id")
+    p.add_argument("--scope", default=None, help="the scope (default: the unscoped memory; list: every scope)")
+    p.add_argument("-k", type=int, default=5, help="search: how many facts")
+    p.add_argument("--all", action="store_true", help="list: include superseded facts")
+
+
+def run(args: argparse.Namespace) -> int:
+    return ACTIONS[args.action][1](args)

@@ -1,0 +1,222 @@
+"""Fact rows in the store's SQLite (``percache.sqlite3``): the facts, their history and the
+tombstones of forgotten ones.
+
+A fact is ``active`` (served) or ``superseded`` (kept for :meth:`FactRows.history`, never
+served). Every change bumps ``generation`` in the same transaction, so an in-memory index can
+tell cheaply whether it must reconcile. :meth:`FactRows.forget` deletes the fact's row and its
+history in one transaction and leaves only its id in ``mem_tombstones``; the connection runs
+with ``secure_delete`` (see :mod:`percache_plugin.sqlite_tx`), so the deleted text is
+overwritten in the database pages, and :meth:`FactRows.scrub` checkpoints the WAL so no old
+frame keeps it either.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..sqlite_tx import Database, Schema, connect
+
+__all__ = ["MEMORY_SCHEMA", "Fact", "FactRows", "HistoryEvent", "scope_key"]
+
+MEMORY_SCHEMA = Schema("memory", 1, """
+CREATE TABLE IF NOT EXISTS mem_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS mem_facts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, scope TEXT,
+    scope_key TEXT NOT NULL, text TEXT NOT NULL, norm TEXT NOT NULL, subject TEXT,
+    metadata TEXT NOT NULL, vector BLOB NOT NULL, created REAL NOT NULL, updated REAL NOT NULL,
+    status TEXT NOT NULL, superseded_by TEXT, kv_keys TEXT NOT NULL DEFAULT '[]');
+CREATE INDEX IF NOT EXISTS mem_facts_scope ON mem_facts (scope_key, status);
+CREATE TABLE IF NOT EXISTS mem_history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, fact_id TEXT NOT NULL, event TEXT NOT NULL,
+    text TEXT NOT NULL, metadata TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS mem_history_fact ON mem_history (fact_id);
+CREATE TABLE IF NOT EXISTS mem_tombstones (id TEXT PRIMARY KEY, at REAL NOT NULL);
+""")
+
+_COLS = "id, scope, text, subject, metadata, created, updated, status, superseded_by, kv_keys"
+
+
+def scope_key(scope: str | None) -> str:
+    """The column value of a scope (``None``, the unscoped facts, differs from every str)."""
+    return "" if scope is None else "s:" + scope
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One memory item. ``status`` is ``active`` (served) or ``superseded`` (by
+    ``superseded_by``: kept in history, never served). ``kv_keys`` name its stored K/V nodes."""
+
+    id: str
+    text: str
+    scope: str | None
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    created: float = 0.0
+    updated: float = 0.0
+    status: str = "active"
+    superseded_by: str | None = None
+    subject: str | None = None
+    kv_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One change of a fact: ``added``, ``updated`` (``text`` is the version replaced),
+    ``superseded`` (``text`` is the superseding fact's id) or ``readded`` (the same fact
+    was added again; nothing changed)."""
+
+    fact_id: str
+    event: str
+    text: str
+    metadata: Mapping[str, str]
+    at: float
+
+
+def _fact(row: tuple) -> Fact:
+    fid, scope, text, subject, metadata, created, updated, status, by, kv = row
+    return Fact(fid, text, scope, json.loads(metadata), float(created), float(updated), status,
+                by, subject, tuple(json.loads(kv)))
+
+
+class FactRows(Database):
+    """The memory tables of one database (``path`` None: in memory), bound to one embedder."""
+
+    def __init__(self, path: Path | None, embedder_name: str, dim: int) -> None:
+        self.dim = dim
+        self.db = connect(path, MEMORY_SCHEMA)
+        try:
+            with self.tx():
+                row = self.db.execute("SELECT value FROM mem_meta WHERE name = 'embedder'").fetchone()
+                if row is None or self.count() == 0:
+                    self.db.execute("INSERT OR REPLACE INTO mem_meta VALUES ('embedder', ?), "
+                                    "('dim', ?)", (embedder_name, str(dim)))
+                elif row[0] != embedder_name:
+                    raise ValueError(f"the memory in {path} was built with embedder {row[0]!r}, "
+                                     f"not {embedder_name!r}; use the same embedder or a new store")
+                self.db.execute("INSERT OR IGNORE INTO mem_meta VALUES ('generation', '0')")
+        except BaseException:
+            self.db.close()
+            raise
+
+    # -- reading ---------------------------------------------------------------------------
+    @staticmethod
+    def stored_embedder(path: Path) -> tuple[str, int] | None:
+        """The embedder name and dimension a store's memory was built with (None: no memory)."""
+        db = connect(path, MEMORY_SCHEMA)
+        try:
+            meta = dict(db.execute("SELECT name, value FROM mem_meta WHERE name IN ('embedder', 'dim')"))
+        finally:
+            db.close()
+        return (meta["embedder"], int(meta["dim"])) if len(meta) == 2 else None
+
+    def generation(self) -> int:
+        row = self.db.execute("SELECT value FROM mem_meta WHERE name = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM mem_facts").fetchone()[0])
+
+    def get(self, fact_id: str) -> Fact | None:
+        row = self.db.execute(f"SELECT {_COLS} FROM mem_facts WHERE id = ?", (fact_id,)).fetchone()
+        return None if row is None else _fact(row)
+
+    def select(self, scope: str | None, *, status: str | None = "active") -> list[Fact]:
+        """Facts of one scope in the order added (``status`` None: every status)."""
+        sql = f"SELECT {_COLS} FROM mem_facts WHERE scope_key = ?"
+        params: list[object] = [scope_key(scope)]
+        if status is not None:
+            sql += " AND status = ?"
+            params.append(status)
+        return [_fact(r) for r in self.db.execute(sql + " ORDER BY seq", params)]
+
+    def active_vectors(self) -> dict[str, tuple[Fact, np.ndarray]]:
+        """Every active fact of every scope with its vector (for the in-memory index)."""
+        out = {}
+        for row in self.db.execute(f"SELECT {_COLS}, vector FROM mem_facts WHERE status = 'active'"):
+            out[row[0]] = (_fact(row[:-1]), np.frombuffer(row[-1], dtype=np.float32).copy())
+        return out
+
+    def with_norm(self, scope: str | None, norm: str) -> Fact | None:
+        row = self.db.execute(f"SELECT {_COLS} FROM mem_facts WHERE scope_key = ? AND norm = ? "
+                              "AND status = 'active' ORDER BY seq LIMIT 1",
+                              (scope_key(scope), norm)).fetchone()
+        return None if row is None else _fact(row)
+
+    def with_subject(self, scope: str | None, subject: str) -> list[Fact]:
+        rows = self.db.execute(f"SELECT {_COLS} FROM mem_facts WHERE scope_key = ? AND subject = ? "
+                               "AND status = 'active' ORDER BY seq", (scope_key(scope), subject))
+        return [_fact(r) for r in rows]
+
+    def history(self, fact_id: str) -> list[HistoryEvent]:
+        rows = self.db.execute("SELECT fact_id, event, text, metadata, at FROM mem_history "
+                               "WHERE fact_id = ? ORDER BY seq", (fact_id,))
+        return [HistoryEvent(f, e, t, json.loads(m), float(a)) for f, e, t, m, a in rows]
+
+    def tombstoned(self, fact_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM mem_tombstones WHERE id = ?",
+                               (fact_id,)).fetchone() is not None
+
+    def scopes(self) -> list[str | None]:
+        rows = self.db.execute("SELECT DISTINCT scope_key, scope FROM mem_facts ORDER BY scope_key")
+        return [scope for _, scope in rows]
+
+    # -- writing (the caller holds a transaction: ``with rows.tx():``) ---------------------
+    def bump(self) -> None:
+        self.db.execute("UPDATE mem_meta SET value = CAST(value AS INTEGER) + 1 "
+                        "WHERE name = 'generation'")
+
+    def insert(self, fact: Fact, norm: str, vector: np.ndarray) -> None:
+        self.db.execute(
+            "INSERT INTO mem_facts (id, scope, scope_key, text, norm, subject, metadata, vector, "
+            "created, updated, status, superseded_by, kv_keys) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (fact.id, fact.scope, scope_key(fact.scope), fact.text, norm, fact.subject,
+             json.dumps(dict(fact.metadata)), np.asarray(vector, np.float32).tobytes(),
+             fact.created, fact.updated, fact.status, fact.superseded_by, json.dumps(list(fact.kv_keys))))
+        self.log(fact.id, "added", fact.text, fact.metadata)
+        self.bump()
+
+    def replace_text(self, fact: Fact, text: str, norm: str, metadata: Mapping[str, str],
+                     subject: str | None, vector: np.ndarray) -> None:
+        """Record ``fact``'s current version in its history, then store the new one."""
+        self.log(fact.id, "updated", fact.text, fact.metadata)
+        self.db.execute("UPDATE mem_facts SET text = ?, norm = ?, metadata = ?, subject = ?, "
+                        "vector = ?, updated = ?, kv_keys = '[]' WHERE id = ?",
+                        (text, norm, json.dumps(dict(metadata)), subject,
+                         np.asarray(vector, np.float32).tobytes(), time.time(), fact.id))
+        self.bump()
+
+    def supersede(self, old_ids: Sequence[str], new_id: str) -> None:
+        for old in old_ids:
+            self.db.execute("UPDATE mem_facts SET status = 'superseded', superseded_by = ?, "
+                            "updated = ? WHERE id = ?", (new_id, time.time(), old))
+            self.log(old, "superseded", new_id, {})
+        if old_ids:
+            self.bump()
+
+    def set_kv_keys(self, fact_id: str, keys: Sequence[str]) -> None:
+        self.db.execute("UPDATE mem_facts SET kv_keys = ? WHERE id = ?", (json.dumps(list(keys)), fact_id))
+
+    def log(self, fact_id: str, event: str, text: str, metadata: Mapping[str, str]) -> None:
+        self.db.execute("INSERT INTO mem_history (fact_id, event, text, metadata, at) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (fact_id, event, text, json.dumps(dict(metadata)), time.time()))
+
+    def forget(self, fact_id: str) -> None:
+        """Delete the fact and its history; keep its id as a tombstone. Facts it superseded
+        stay superseded (never served again)."""
+        self.db.execute("DELETE FROM mem_facts WHERE id = ?", (fact_id,))
+        self.db.execute("DELETE FROM mem_history WHERE fact_id = ?", (fact_id,))
+        self.db.execute("INSERT OR REPLACE INTO mem_tombstones VALUES (?, ?)", (fact_id, time.time()))
+        self.bump()
+
+    def scrub(self) -> bool:
+        """Move every WAL frame into the database and truncate the WAL (deleted rows were
+        already zeroed by ``secure_delete``). False when a reader elsewhere kept frames."""
+        busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy

@@ -1,0 +1,75 @@
+"""The built-in memory plugin: owns the :class:`~percache_plugin.memory.bank.MemoryBank` (in the
+store's SQLite file) and puts facts beside document chunks in ``ask()``.
+
+``percache_retrieve`` is wrapped: the chunks the retrieval plugins found come first, then the
+facts of the question's scope that pass the recall guard (``Config.memory_in_ask``,
+``memory_k``, ``memory_threshold``). A stored answer's sources then name the facts it was built
+on, so forgetting a fact drops the answer (``percache_sources_forgotten``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING
+
+from ..hooks.specs import hookimpl
+from ..kv.store import DB_NAME
+from ..memory.bank import MemoryBank, fact_chunk
+from ..memory.recall import RecallGuard, select
+
+if TYPE_CHECKING:
+    from ..core.query import Query
+    from ..hooks.contexts import AssistantContext
+    from ..memory.bank import FactHit
+    from ..rag.chunking import Chunk
+
+__all__ = ["MEMORY_PLUGIN", "MemoryPlugin"]
+
+MEMORY_PLUGIN = "percache_plugin.plugins.memory:MemoryPlugin"
+
+
+class MemoryPlugin:
+    """Facts (L2) of the store, retrievable by ``ask()``."""
+
+    def __init__(self) -> None:
+        self._bank: MemoryBank | None = None
+
+    def bank(self, ctx: AssistantContext) -> MemoryBank:
+        """The memory bank (opened on first use, in the K/V store's SQLite file)."""
+        if self._bank is None:
+            root = ctx.engine.store.path
+            self._bank = MemoryBank(None if root is None else root / DB_NAME, ctx.embedder)
+        return self._bank
+
+    def recall(self, ctx: AssistantContext, query: Query, scope: str | None) -> list[FactHit]:
+        """The facts of ``scope`` to recall for ``query`` (threshold and degenerate guard)."""
+        bank = self.bank(ctx)
+        k = ctx.config.memory_k
+        hits = bank.search(query.text, scope, max(3 * k, 5), embedding=query.embedding)
+        return select(hits, k, RecallGuard(threshold=ctx.config.memory_threshold))
+
+    @hookimpl(wrapper=True)
+    def percache_retrieve(self, ctx: AssistantContext, query: Query, k: int,
+                          scope: str | None) -> Generator[None, list[Chunk] | None, list[Chunk] | None]:
+        chunks = yield
+        if not ctx.config.memory_in_ask or len(self.bank(ctx)) == 0:
+            return chunks
+        facts = [fact_chunk(h.fact) for h in self.recall(ctx, query, scope)]
+        return [*(chunks or []), *facts] if facts else chunks
+
+    @hookimpl
+    def percache_resolve_chunks(self, ctx: AssistantContext, ids: Sequence[str]) -> list[Chunk] | None:
+        if self._bank is None or not ids:
+            return None
+        facts = []
+        for fact_id in ids:
+            fact = self._bank.find(fact_id)
+            if fact is None or fact.status != "active":
+                return None
+            facts.append(fact_chunk(fact))
+        return facts
+
+    @hookimpl(trylast=True)
+    def percache_close(self, ctx: AssistantContext) -> None:
+        if self._bank is not None:
+            self._bank.close()

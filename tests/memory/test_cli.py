@@ -1,0 +1,40 @@
+"""``percache memory list|search|forget`` on a store, without a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.cli import main
+from tests.helpers import tiny_pair
+from tests.memory.test_forget import _files_holding
+
+
+def test_list_search_forget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off",
+                         relevance_threshold=None, memory_threshold=0.0)
+    tea = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact
+    old = pc.memory.add("Ana lives in Lisbon", scope="ana", metadata={"subject": "home"}).fact
+    pc.memory.add("Ana lives in Porto", scope="ana", metadata={"subject": "home"})
+    pc.memory.add("Ben drinks coffee", scope=None)
+    pc.ask("What tea does Ana drink?", scope="ana", max_new_tokens=2)
+    pc.disable()
+
+    assert main(["memory", "list", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("3 facts") and "Quillberry" in out and "Lisbon" not in out
+    assert main(["memory", "list", str(tmp_path), "--scope", "ana", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("3 facts") and f"{old.id} scope=ana [superseded by" in out
+    assert main(["memory", "search", str(tmp_path), "tea", "--scope", "ana", "-k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert tea.id in out and "Ben" not in out
+    assert main(["memory", "forget", str(tmp_path), tea.id]) == 0
+    assert capsys.readouterr().out.startswith(f"forgot {tea.id}: ")
+    assert _files_holding(tmp_path, [b"quillberry"]) == []
+    assert main(["memory", "forget", str(tmp_path), "nope"]) != 0
+    assert "no fact 'nope'" in capsys.readouterr().err
+    assert main(["memory", "list", str(tmp_path / "missing")]) != 0

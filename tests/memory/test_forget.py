@@ -1,0 +1,63 @@
+"""Forget really forgets: no file of the store holds the fact's text afterwards, and an answer
+built on it is no longer served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.memory.bank import UnknownFact
+from tests.helpers import tiny_pair
+
+SECRET = "Zorblax the locker code is 4417 quartz"
+
+
+def _files_holding(root: Path, needles: list[bytes]) -> list[str]:
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes().lower()
+            found += [f"{path.name}: {n!r}" for n in needles if n in data]
+    return found
+
+
+def test_forget_removes_the_text_from_every_file_and_drops_answers(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off",
+                         relevance_threshold=None, memory_threshold=0.0)
+    fact = pc.memory.add(SECRET, scope="me", metadata={"subject": "locker code"}).fact
+    pc.memory.update(fact.id, SECRET + " indeed")  # a history row holding the text
+    pc.memory.add("Zorblax owns a red bicycle", scope="me")
+    first = pc.ask("What is the Zorblax locker code?", scope="me", max_new_tokens=3)
+    assert first.source == "generated" and fact.id in first.sources
+    assert pc.ask("What is the Zorblax locker code?", scope="me", max_new_tokens=3).source == "qa_bank"
+    assert any(n.extra.get("chunk") == fact.id for n in pc.store.nodes())
+    needles = [b"4417 quartz", b"locker code is 4417"]
+    assert _files_holding(tmp_path, needles), "the test must see the text before forgetting"
+
+    report = pc.memory.forget(fact.id)
+    assert report.answers == 1 and report.kv_nodes >= 1 and report.scrubbed
+    assert not any(n.extra.get("chunk") == fact.id for n in pc.store.nodes())
+    assert _files_holding(tmp_path, needles) == []
+    with pytest.raises(UnknownFact, match="forgotten"):
+        pc.memory.get(fact.id)
+    again = pc.ask("What is the Zorblax locker code?", scope="me", max_new_tokens=3)
+    assert again.source == "generated" and fact.id not in again.sources
+    pc.disable()
+    assert _files_holding(tmp_path, needles) == []
+
+
+def test_facts_are_beside_chunks_in_ask_only_when_switched_on(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=None, embedder="hash", predict="off",
+                         relevance_threshold=None, memory_threshold=0.0, use_qa_bank=False)
+    pc.add_documents(["The choir rehearsal moved to Friday."], scope="me")
+    fact = pc.memory.add("Ana sings alto in the choir", scope="me").fact
+    other = pc.memory.add("Ana sings alto in the choir", scope="you").fact
+    answer = pc.ask("Who sings in the choir?", scope="me", max_new_tokens=2)
+    assert fact.id in answer.sources and other.id not in answer.sources
+    pc.configure(memory_in_ask=False)
+    assert fact.id not in pc.ask("Who sings in the choir?", scope="me", max_new_tokens=2).sources
+    pc.disable()
