@@ -48,6 +48,7 @@ class Runner:
         self._waiting = 0
         self.records: deque[JobRecord] = deque(maxlen=history)
         self.idle_worker = idle_worker
+        self.idle_report: Any = None  # the idle worker's report, once closed
         if idle_worker:
             pc.start_idle_worker()
 
@@ -89,4 +90,4 @@ class Runner:
         """Finish the running job, drop the queued ones, stop the idle worker."""
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self.idle_worker:
-            self.pc.stop_idle_worker()
+            self.idle_report = self.pc.stop_idle_worker()

@@ -66,3 +66,26 @@ def raw(srv: ServerThread, method: str, path: str, body: bytes | None = None,
         return r.status, json.loads(r.read() or b"null")
     finally:
         conn.close()
+
+
+def post_json(srv: ServerThread, path: str, body: Any, key: str | None = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return raw(srv, "POST", path, json.dumps(body).encode(), headers)
+
+
+def events(srv: ServerThread, path: str, body: Any, key: str | None = None) -> list[Any]:
+    """The server-sent events of a streamed request, decoded (``"[DONE]"`` kept as a string)."""
+    conn = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers=headers)
+        r = conn.getresponse()
+        assert r.status == 200, r.read()
+        out: list[Any] = []
+        for line in r.read().decode().splitlines():
+            if line.startswith("data: "):
+                data = line[len("data: "):]
+                out.append(data if data == "[DONE]" else json.loads(data))
+        return out
+    finally:
+        conn.close()

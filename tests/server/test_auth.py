@@ -1,0 +1,77 @@
+"""Bearer tokens: 401 without or with a wrong token; each token's scope sees only its own
+documents, answers and cached prefixes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.server.conftest import MODEL, TOKENS, client, post_json, raw
+
+openai = pytest.importorskip("openai")
+
+ALICE, BOB = TOKENS["alice"], TOKENS["bob"]
+DOCS = ["Ana: the choir rehearsal moved to Friday at 6 pm in the small hall.",
+        "Ben: the budget review is on Monday; travel costs are over plan."]
+QUESTION = "When is the choir rehearsal?"
+MESSAGES = [{"role": "system", "content": "You answer from Alice's private notes about Friday."},
+            {"role": "user", "content": "When is the choir rehearsal this week?"}]
+
+
+@pytest.mark.parametrize("key", [None, "wrong-secret", "Basic alice-secret"])
+def test_missing_or_wrong_token_is_a_401(scoped_server: Any, key: str | None) -> None:
+    headers = {"Authorization": key if key and " " in key else f"Bearer {key}"} if key else {}
+    for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions"),
+                         ("POST", "/v1/documents"), ("POST", "/v1/ask")):
+        status, body = raw(scoped_server, method, path, b"{}", headers)
+        assert status == 401, path
+        assert body["error"]["code"] == "invalid_api_key" and body["error"]["type"] == "invalid_request_error"
+
+
+def test_the_openai_client_sees_an_authentication_error(scoped_server: Any) -> None:
+    with pytest.raises(openai.AuthenticationError) as info:
+        client(scoped_server, "nope").models.list()
+    assert info.value.status_code == 401
+    assert [m.id for m in client(scoped_server, ALICE).models.list().data] == [MODEL]
+
+
+def test_the_page_itself_needs_no_token(scoped_server: Any) -> None:
+    import http.client
+
+    conn = http.client.HTTPConnection(scoped_server.host, scoped_server.port, timeout=30)
+    conn.request("GET", "/")
+    r = conn.getresponse()
+    assert r.status == 200 and b"<html" in r.read()
+    conn.close()
+
+
+def test_one_token_never_reads_another_scopes_documents_or_answers(pc: Any, scoped_server: Any) -> None:
+    status, added = post_json(scoped_server, "/v1/documents", {"documents": DOCS}, ALICE)
+    assert status == 200 and added["scope"] == "alice" and added["new_chunks"] >= 1
+    ask = {"question": QUESTION, "max_tokens": 4}
+    first = post_json(scoped_server, "/v1/ask", ask, ALICE)[1]
+    assert first["source"] == "generated" and first["sources"]
+    assert all(pc.knowledge.chunk(c).scope == "alice" for c in first["sources"])
+    again = post_json(scoped_server, "/v1/ask", ask, ALICE)[1]
+    assert again["source"] == "qa_bank" and again["percache"]["qa_bank_hit"]
+    bob = post_json(scoped_server, "/v1/ask", ask, BOB)[1]
+    assert bob["source"] == "no_documents" and bob["sources"] == [] and not bob["percache"]["qa_bank_hit"]
+    assert bob["answer"] != first["answer"] and "alice" not in bob["answer"]
+    # Bob's own documents are his alone.
+    post_json(scoped_server, "/v1/documents", {"documents": ["Bob: the choir rehearsal is on Sunday."]}, BOB)
+    bob = post_json(scoped_server, "/v1/ask", ask, BOB)[1]
+    assert bob["sources"] and all(pc.knowledge.chunk(c).scope == "bob" for c in bob["sources"])
+    assert bob["source"] != "qa_bank"
+
+
+def test_cached_prefixes_are_not_shared_across_tokens(scoped_server: Any) -> None:
+    def cached(key: str) -> int:
+        r = client(scoped_server, key).chat.completions.create(model=MODEL, messages=MESSAGES,
+                                                              temperature=0, max_tokens=2)
+        return int(r.usage.prompt_tokens_details.cached_tokens)
+
+    assert cached(ALICE) == 0
+    assert cached(ALICE) > 0
+    assert cached(BOB) == 0  # the same conversation from another token: nothing revealed
+    assert cached(BOB) > 0

@@ -1,0 +1,79 @@
+"""``/v1/documents`` and ``/v1/ask``: documents go to the token's scope, answers stream, and
+QA-bank hits and ``no_documents`` answers say so in the response."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.server.conftest import events, post_json
+
+DOCS = ["Ana: the choir rehearsal moved to Friday at 6 pm in the small hall.",
+        {"text": "Carl will bring the projector on Friday.", "id": "carl", "metadata": {"from": "chat"}}]
+
+
+def test_documents_are_added_once(server: Any) -> None:
+    status, body = post_json(server, "/v1/documents", {"documents": DOCS})
+    assert status == 200 and body["documents"] == 2 and body["new_chunks"] >= 2 and body["scope"] is None
+    body = post_json(server, "/v1/documents", {"documents": DOCS})[1]
+    assert body["new_chunks"] == 0 and body["duplicate_chunks"] >= 2
+
+
+@pytest.mark.parametrize(("docs", "param"), [
+    ([], "documents"), ("text", "documents"), ([""], "documents[0]"), ([3], "documents[0]"),
+    ([{"text": "x", "scope": "bob"}], "documents[0]"),
+])
+def test_bad_documents_are_refused(server: Any, docs: Any, param: str) -> None:
+    status, body = post_json(server, "/v1/documents", {"documents": docs})
+    assert status == 400 and body["error"]["param"] == param
+
+
+@pytest.mark.parametrize(("body", "param"), [({}, "question"), ({"question": 3}, "question"),
+                                             ({"question": "q", "max_tokens": 0}, "max_tokens"),
+                                             ({"question": "q", "stream": 1}, "stream")])
+def test_bad_questions_are_refused(server: Any, body: dict[str, Any], param: str) -> None:
+    status, got = post_json(server, "/v1/ask", body)
+    assert status == 400 and got["error"]["param"] == param
+
+
+def test_ask_streams_then_serves_the_qa_bank(pc: Any, server: Any) -> None:
+    assert post_json(server, "/v1/ask", {"question": "When is the rehearsal?"})[1]["source"] == "no_documents"
+    post_json(server, "/v1/documents", {"documents": DOCS})
+    ask = {"question": "When is the choir rehearsal?", "max_tokens": 5, "stream": True}
+    first = events(server, "/v1/ask", ask)
+    assert first[-1] == "[DONE]"
+    last = first[-2]
+    assert last["object"] == "percache.answer.chunk" and last["source"] == "generated" and last["sources"]
+    streamed = "".join(e["delta"] for e in first[:-1])
+    assert streamed.strip() == last["answer"]
+    assert last["percache"]["tokens_computed"] > 0 and not last["percache"]["qa_bank_hit"]
+    second = events(server, "/v1/ask", ask)
+    hit = second[-2]
+    assert hit["source"] == "qa_bank" and hit["percache"]["qa_bank_hit"]
+    assert hit["matched_question"] == "When is the choir rehearsal?"
+    assert "".join(e["delta"] for e in second[:-1]) == last["answer"]
+
+
+def test_the_idle_worker_runs_between_requests_and_yields_to_them(pc: Any) -> None:
+    from tests.server.conftest import client, start
+
+    srv = start(pc, default_max_tokens=4, idle_worker=True)
+    try:
+        post_json(srv, "/v1/documents", {"documents": DOCS})
+        for q in ("Who brings the projector?", "Where is the rehearsal?", "When is the rehearsal?"):
+            pc.idle_queue.push("answer", q, None)
+        c = client(srv)
+        for i in range(3):
+            r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": f"hi {i}"}],
+                                          temperature=0, max_tokens=4)
+            assert r.usage.completion_tokens == 4 and r.choices[0].finish_reason == "length"
+        deadline = time.monotonic() + 20
+        while pc.idle_queue.peek() is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        srv.stop()
+    report = srv.state.runner.idle_report
+    assert report is not None and report.tasks_run >= 1, report
+    assert [r.finish_reason for r in srv.state.runner.records][-3:] == ["length"] * 3
