@@ -255,6 +255,14 @@ class Config:
         "(smaller blocks reuse more of a partial match; each block is one store entry).",
         32,
     )
+    session_blocks: bool = _help(
+        "Chat sessions and plain prompts share K/V through prefix blocks: at the end of each "
+        "turn a session stores its exact full blocks of prefix_block_tokens in the K/V store "
+        "(pc.complete on a prompt starting with the conversation reuses them), and a session "
+        "whose cache lacks positions (new, restored without a snapshot, after an eviction) "
+        "loads the stored blocks that continue it. Approximate K/V is never stored.",
+        True,
+    )
     drafting: bool = _help(
         "Greedy decoding verifies drafts copied from the prompt, the nearest QA-bank answers and "
         "earlier turns (speculative decoding): the tokens are exactly those of plain greedy "

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..decode import DraftHints, context_limit, run_generate
 from ..decode.sources import SESSION
 from ..segments import Prompt, PromptPiece, Segment
+from .blocks import extend_from_blocks, publish_blocks
 from .edits import session_editor
 from .evict import make_room
 from .layout import ChatLayout
@@ -72,9 +73,13 @@ class ChatRunner:
             stats.cache_edits += len(editor.edits)
             stats.approximate = True
             session.rewrite, session.saved_upto = True, 0
+            session.approximate_from(0)  # an edit may change any position: publish nothing
         if session.restored:
             stats.restored_from, session.restored = session.restored, ""
         full = session.ids + turn_ids
+        if not cache_tokens(session.cache):
+            session.cropped(0)  # nothing cached (weights changed, restored from ids): all exact again
+        extend_from_blocks(self.engine, session, full, stats)
         cache = session.cache
         cached = cache_tokens(cache)
         stats.prompt_tokens = len(full)
@@ -102,6 +107,7 @@ class ChatRunner:
             crop_to(cache, n)
         if session.keep is not None and session.keep.numel() < cache_tokens(cache):
             session.keep = _extend(session.keep, cache_tokens(cache))
+        stats.blocks_published = publish_blocks(self.engine, session)
         stats.turn_id = turn.turn_id
         stats.kv_tokens = cache_tokens(cache)
         stats.kv_bytes = cache_bytes(cache)

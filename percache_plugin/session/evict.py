@@ -76,6 +76,7 @@ def _drop_exact(session: Session, victims: list[Turn], stats: ChatStats) -> None
     gone = {t.turn_id for t in victims}
     session.turns = [t for t in session.turns if t.turn_id not in gone]
     crop_to(session.cache, first)
+    session.cropped(first)
     session.keep = None if session.keep is None else session.keep[:first]
     stats.history_recomputed += max(0, session.n_tokens - first)
 
@@ -89,6 +90,7 @@ def _drop_shifted(engine: Engine, session: Session, victims: list[Turn], stats: 
         n = editor.n_slots
         if end > n:  # the turn's tail is not cached: crop there and let the next turn compute it
             crop_to(session.cache, min(start, n))
+            session.cropped(min(start, n))
             session.turns = [x for x in session.turns if x.turn_id != t.turn_id]
             stats.history_recomputed += max(0, session.n_tokens - min(start, n))
             continue
@@ -100,6 +102,8 @@ def _drop_shifted(engine: Engine, session: Session, victims: list[Turn], stats: 
         _recompute(engine, session, first, k)
         stats.history_recomputed += k
     stats.tokens_shifted = max(0, n - first - k)
+    if stats.tokens_shifted:
+        session.approximate_from(first + k)
 
 
 def _recompute(engine: Engine, session: Session, start: int, k: int) -> None:
@@ -138,6 +142,7 @@ def _mask(session: Session, victims: list[Turn], stats: ChatStats) -> None:
         keep[start:min(end, n)] = False
         t.masked = True
     session.keep = keep
+    session.approximate_from(n)  # later positions are computed without the masked turns
     stats.approximate = True
 
 

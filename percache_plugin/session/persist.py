@@ -27,7 +27,7 @@ from ..kv.integrity import (
 from ..sqlite_tx import Schema, connect, transaction
 from .state import Session, Turn, cache_tokens
 
-__all__ = ["SessionStore", "SCHEMA", "SESSIONS_DIR", "SESSIONS_DB"]
+__all__ = ["SessionStore", "SCHEMA", "EXACT_SCHEMA", "SESSIONS_DIR", "SESSIONS_DB"]
 
 SESSIONS_DIR = "sessions"
 SESSIONS_DB = "sessions.sqlite"
@@ -48,13 +48,22 @@ CREATE TABLE IF NOT EXISTS chat_kv (
 """)
 
 
+# Where a session's stored K/V stops being exact (NULL: all of it is); a session without a row
+# (written before this table existed) counts as approximate from position 0.
+EXACT_SCHEMA = Schema("sessions_exact", 1, """
+CREATE TABLE IF NOT EXISTS chat_exact (
+    fingerprint TEXT NOT NULL, name TEXT NOT NULL, approx_from INTEGER,
+    PRIMARY KEY (fingerprint, name));
+""")
+
+
 class SessionStore:
     """The sessions of one fingerprint under ``root/sessions``."""
 
     def __init__(self, root: Path, fingerprint: str) -> None:
         self.fingerprint = fingerprint
         self.dir = private_dir(root / SESSIONS_DIR / fingerprint[:32])
-        self.db = connect(root / SESSIONS_DB, SCHEMA)
+        self.db = connect(root / SESSIONS_DB, SCHEMA, EXACT_SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -91,6 +100,8 @@ class SessionStore:
                 "INSERT OR REPLACE INTO chat_sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (fp, name, session.system, json.dumps(session.head_ids), session.first_glue,
                  session.next_turn, session.evicted_turns))
+            self.db.execute("INSERT OR REPLACE INTO chat_exact VALUES (?, ?, ?)",
+                            (fp, name, session.approx_from))
             turns = session.turns if rewrite_turns else session.turns[-1:]
             if rewrite_turns:
                 self.db.execute("DELETE FROM chat_turns WHERE fingerprint = ? AND name = ?", (fp, name))
@@ -118,7 +129,7 @@ class SessionStore:
         with self._lock, transaction(self.db):
             files = self.db.execute("SELECT fingerprint, file FROM chat_kv WHERE name = ?",
                                     (name,)).fetchall()
-            for table in ("chat_sessions", "chat_turns", "chat_kv"):
+            for table in ("chat_sessions", "chat_turns", "chat_kv", "chat_exact"):
                 self.db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
         for fp, file in files:
             (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
@@ -139,6 +150,8 @@ class SessionStore:
                 "WHERE fingerprint = ? AND name = ? ORDER BY turn_id", (fp, name)).fetchall()
             slices = self.db.execute("SELECT start, stop, file, checksum, layout FROM chat_kv WHERE "
                                      "fingerprint = ? AND name = ? ORDER BY start", (fp, name)).fetchall()
+            exact = self.db.execute("SELECT approx_from FROM chat_exact WHERE fingerprint = ? AND "
+                                    "name = ?", (fp, name)).fetchone()
         session = Session(name, row[0], json.loads(row[1]), row[2], next_turn=row[3], evicted_turns=row[4])
         session.turns = [Turn(t[0], t[1], json.loads(t[2]), json.loads(t[3]), t[4], bool(t[5]), bool(t[6]))
                          for t in turns]
@@ -148,6 +161,7 @@ class SessionStore:
         for i, (k, v) in enumerate(layers):
             session.cache.update(k.to(device=device, dtype=dtype)[None], v.to(device=device, dtype=dtype)[None], i)
         session.saved_upto = cache_tokens(session.cache)
+        session.approx_from = 0 if exact is None else exact[0]
         return session, "snapshot"
 
     def _read(self, slices: list[Any], n_ids: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:

@@ -30,6 +30,8 @@ class ChatStats(GenerationStats):
     eviction: str = ""  # the eviction mode used in this turn ("" when nothing was evicted)
     kv_tokens: int = 0  # cache positions after the turn
     kv_bytes: int = 0  # resident K/V bytes after the turn
+    blocks_reused: int = 0  # prefix blocks from the K/V store that extended the session's cache
+    blocks_published: int = 0  # of this session's blocks, stored in the K/V store after the turn
     # "snapshot" / "ids" when the session was loaded from the store; "weights_changed" when the
     # model's weights (an adapter, an in-place edit) changed since the last turn
     restored_from: str = ""

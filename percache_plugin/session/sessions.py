@@ -178,6 +178,7 @@ class Sessions:
                     [_copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
                     src.evicted_turns, None if src.keep is None else src.keep.clone(),
                     fingerprint=src.fingerprint)
+                branch.approx_from, branch.published = src.approx_from, list(src.published)
                 self._sessions[name] = branch
                 branch.rewrite = True  # the first save writes the branch whole
         return branch
@@ -190,6 +191,7 @@ class Sessions:
             session.turns, session.cache, session.keep = [], fresh.cache, None
             session.next_turn, session.evicted_turns = 1, 0
             session.saved_upto, session.rewrite = 0, False
+            session.approx_from, session.published = None, []
             if self._store is not None:
                 self._store.delete(name)
 

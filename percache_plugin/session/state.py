@@ -62,6 +62,8 @@ class Session:
     rewrite: bool = False  # turns were evicted or edited since the last save
     restored: str = ""  # "snapshot" / "ids" / "weights_changed" until the next turn
     fingerprint: str = ""  # the weights the cache was computed under ("" before any turn)
+    approx_from: int | None = None  # first cache position whose K/V is not exact (None: all are)
+    published: list[str] = field(default_factory=list, repr=False)  # block keys in the K/V store
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -75,6 +77,16 @@ class Session:
     @property
     def n_tokens(self) -> int:
         return len(self.head_ids) + sum(t.n_tokens for t in self.turns)
+
+    def approximate_from(self, position: int) -> None:
+        """Positions from ``position`` on no longer hold exact K/V (shifted, masked, edited)."""
+        self.approx_from = position if self.approx_from is None else min(self.approx_from, position)
+
+    def cropped(self, n: int) -> None:
+        """The cache was cropped to ``n`` positions and what follows is computed again from the
+        ids: if everything approximate went, the cache is exact again."""
+        if self.approx_from is not None and self.approx_from >= n:
+            self.approx_from = None
 
     @property
     def ephemeral_tokens(self) -> int:

@@ -66,7 +66,9 @@ def test_sessions_fork_reset_delete_and_list() -> None:
     a = pc.chat("Tell me more.", max_new_tokens=3)
     b = pc.chat("Tell me more.", session="b", max_new_tokens=3)
     assert a.token_ids == b.token_ids and a.prompt_ids == b.prompt_ids
-    assert b.stats.tokens_reused == a.stats.tokens_reused > len(first.prompt_ids) - 1
+    assert a.stats.tokens_reused > len(first.prompt_ids) - 1
+    # The branch also reuses the prefix blocks the default session published in its turn.
+    assert b.stats.tokens_reused == max(a.stats.tokens_reused, (len(b.prompt_ids) - 1) // 32 * 32)
     c = pc.chat("Something else.", session="b", max_new_tokens=3)
     with pc.disabled():
         assert c.token_ids == baseline(model, c.prompt_ids, 3)[0]

@@ -74,14 +74,14 @@ def _corrupt(store: Path, how: str) -> None:
 def test_corrupt_snapshot_falls_back_to_reprefilling_the_ids(tmp_path: Path, how: str) -> None:
     store = tmp_path / "store"
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, store=store)
+    pc = percache.enable(model, tok, store=store, session_blocks=False)  # the blocks path: tests/session/test_blocks.py
     pc.sessions.create("s", system="Be brief.")
     for msg in MESSAGES[:3]:
         pc.chat(msg, session="s", **GEN)
     pc.close()
     _corrupt(store, how)
     want = _uninterrupted()
-    pc = percache.enable(model, tok, store=store)
+    pc = percache.enable(model, tok, store=store, session_blocks=False)  # the blocks path: tests/session/test_blocks.py
     reply = pc.chat(MESSAGES[3], session="s", **GEN)
     assert reply.stats.restored_from == "ids" and reply.stats.tokens_reused == 0
     assert reply.stats.history_recomputed == reply.stats.history_tokens > 0
@@ -89,7 +89,7 @@ def test_corrupt_snapshot_falls_back_to_reprefilling_the_ids(tmp_path: Path, how
     # The next turn is served from the re-filled cache again, and saved whole.
     assert pc.chat(MESSAGES[4], session="s", **GEN).stats.history_recomputed == 0
     pc.close()
-    pc = percache.enable(model, tok, store=store)
+    pc = percache.enable(model, tok, store=store, session_blocks=False)  # the blocks path: tests/session/test_blocks.py
     assert pc.chat("More?", session="s", **GEN).stats.restored_from == "snapshot"
 
 
