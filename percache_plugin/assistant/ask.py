@@ -90,14 +90,10 @@ model, so near misses below the serving threshold or refused by a guard are safe
 
 
 def qa_drafts(a: Assistant, query: Query, scope: str | None, k: int = 3) -> DraftHints:
-    """The stored answers of the ``k`` questions of ``scope`` most similar to ``query`` (none
-    when the built-in QA bank plugin was replaced)."""
-    bank = a.builtin_qa_bank()
-    if bank is None:
-        return DraftHints()
-    matches = bank.similar(query.text, tau=QA_DRAFT_SIMILARITY, scope=scope,
-                                embedding=query.embedding, k=k)
-    answers = [m.entry.answer for m in matches if m.entry.answer]
+    """The stored answers of the ``k`` questions of ``scope`` most similar to ``query`` (the
+    ``percache_qa_similar`` hook)."""
+    entries = a.hooks.qa_similar(a.ctx, query, scope, QA_DRAFT_SIMILARITY, k)
+    answers = [e.answer for e in entries if e.answer]
     return DraftHints(texts={QA_BANK: answers}) if answers else DraftHints()
 
 

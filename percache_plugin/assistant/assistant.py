@@ -81,11 +81,7 @@ class Assistant:
         return self.ctx.query(text)
 
     def _served_paraphrases(self, query: Query, scope: str | None) -> list[QAEntry]:
-        bank = self.builtin_qa_bank()
-        if bank is None:
-            return []
-        return [m.entry for m in bank.similar(query.text, tau=self.config.similarity_threshold,
-                                              scope=scope, embedding=query.embedding)]
+        return self.hooks.qa_similar(self.ctx, query, scope, self.config.similarity_threshold)
 
     def _builtin(self, name: str) -> Any:
         return self.engine.plugins.get_plugin(name)
@@ -98,28 +94,19 @@ class Assistant:
             raise LookupError(f"the built-in knowledge bank is not registered ({KNOWLEDGE_PLUGIN})")
         return plugin.bank(self.ctx)
 
-    def builtin_qa_bank(self) -> QABank | None:
-        """The built-in QA bank, or None when its plugin was unregistered."""
-        plugin = self._builtin(QA_BANK_PLUGIN)
-        return plugin.bank(self.ctx) if isinstance(plugin, QABankPlugin) else None
-
     @property
     def qa_bank(self) -> QABank:
-        """Answered questions of the built-in QA-bank plugin: list, correct and delete here."""
-        bank = self.builtin_qa_bank()
-        if bank is None:
+        """Answered questions of the built-in QA-bank plugin, for listing and deleting (the
+        request path and idle work reach the QA bank through hooks only)."""
+        plugin = self._builtin(QA_BANK_PLUGIN)
+        if not isinstance(plugin, QABankPlugin):
             raise LookupError(f"the built-in QA bank is not registered ({QA_BANK_PLUGIN})")
-        return bank
+        return plugin.bank(self.ctx)
 
     def qa_counters(self) -> tuple[int, int]:
-        """QA-bank lookups and hits of this session (0, 0 before the bank was first used)."""
-        if self._embedder is None:  # nothing was embedded yet, so nothing was looked up
-            return 0, 0
-        bank = self.builtin_qa_bank()
-        if bank is None:
-            return 0, 0
-        counters = bank.stats()
-        return int(counters["lookups"]), int(counters["hits"])  # type: ignore[call-overload]
+        """QA-bank lookups and hits of this session (hook ``percache_qa_stats``)."""
+        counters = self.hooks.qa_stats(self.ctx)
+        return int(counters.get("lookups", 0)), int(counters.get("hits", 0))  # type: ignore[call-overload]
 
     def _db_path(self) -> Any:
         return None if self.engine.store.path is None else self.engine.store.path / DB_NAME
@@ -210,12 +197,7 @@ class Assistant:
         byte limit, and conversions between K/V and QA."""
         if "embedder" in changed:
             self._embedder = None  # not loaded yet (check() refused otherwise): load the new one
-        knowledge = self._builtin(KNOWLEDGE_PLUGIN)
-        if "chunk_words" in changed and isinstance(knowledge, KnowledgeRetrieval):
-            knowledge.set_chunk_words(self.config.chunk_words)
-        bank = self.builtin_qa_bank() if "qa_byte_limit" in changed else None
-        if bank is not None:
-            bank.set_byte_limit(self.config.qa_byte_limit)
+        self.hooks.configured(self.ctx, changed)  # chunk size, QA byte limit
         if {"similarity_threshold", "population_cutoff", "kv_byte_limit"} & changed:
             queue_conversions(self, old, self.config)
 

@@ -37,19 +37,19 @@ def contradicts(a: str | None, b: str | None) -> bool:
 
 def dispute_paraphrases(a: Assistant, entry: QAEntry, *, include_self: bool = False) -> list[int]:
     """Mark stale the stored paraphrases of ``entry``'s question (same scope, similarity >= tau)
-    that were not corrected by the user; returns their ids."""
-    bank = a.qa_bank
-    matches = bank.similar(entry.question, tau=a.config.similarity_threshold, scope=entry.scope,
-                           embedding=a.query(entry.question).embedding)
-    ids = [m.entry.id for m in matches
-           if (include_self or m.entry.id != entry.id) and m.entry.origin != "corrected"]
-    return bank.mark_stale(ids)
+    that were not corrected by the user; returns their ids (hooks ``percache_qa_similar`` and
+    ``percache_qa_mark_stale``)."""
+    paraphrases = a.hooks.qa_similar(a.ctx, a.query(entry.question), entry.scope,
+                                     a.config.similarity_threshold)
+    ids = [e.id for e in paraphrases
+           if (include_self or e.id != entry.id) and e.origin != "corrected"]
+    return a.hooks.qa_mark_stale(a.ctx, ids)
 
 
 def correct(a: Assistant, entry_id: int, answer: str) -> QAEntry:
-    """The user's correction of a stored answer: the entry serves ``answer`` from now on, and
-    its paraphrases (which carried the same wrong answer) are not served until regenerated or
-    corrected too."""
-    entry = a.qa_bank.correct(entry_id, answer)
+    """The user's correction of a stored answer (hook ``percache_qa_correct``): the entry serves
+    ``answer`` from now on, and its paraphrases (which carried the same wrong answer) are not
+    served until regenerated or corrected too."""
+    entry = a.hooks.qa_correct(a.ctx, entry_id, answer)
     dispute_paraphrases(a, entry)
     return entry

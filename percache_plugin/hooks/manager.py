@@ -165,6 +165,28 @@ class Hooks:
         """Whether a plugin's QA bank already holds ``query`` (False when no plugin says)."""
         return bool(self._hook.percache_qa_known(ctx=ctx, query=query, scope=scope))
 
+    def qa_similar(self, ctx: AssistantContext, query: Query, scope: str | None, tau: float,
+                   k: int = 20) -> list[QAEntry]:
+        """Stored paraphrases of ``query``, most similar first (none when no plugin lists any)."""
+        return list(self._hook.percache_qa_similar(ctx=ctx, query=query, scope=scope, tau=tau, k=k) or [])
+
+    def qa_mark_stale(self, ctx: AssistantContext, entry_ids: Sequence[int]) -> list[int]:
+        """Ids taken out of service (none when no plugin holds them)."""
+        return list(self._hook.percache_qa_mark_stale(ctx=ctx, entry_ids=list(entry_ids)) or [])
+
+    def qa_correct(self, ctx: AssistantContext, entry_id: int, answer: str) -> QAEntry:
+        entry = self._hook.percache_qa_correct(ctx=ctx, entry_id=entry_id, answer=answer)
+        if entry is None:
+            raise LookupError(f"no QA-bank plugin holds entry {entry_id} (is one registered?)")
+        return entry
+
+    def qa_stats(self, ctx: AssistantContext) -> dict[str, object]:
+        """The QA bank's counters (``lookups`` and ``hits`` 0 when no plugin reports)."""
+        return dict(self._hook.percache_qa_stats(ctx=ctx) or {"lookups": 0, "hits": 0})
+
+    def configured(self, ctx: AssistantContext, changed: set[str] | frozenset[str]) -> None:
+        self._hook.percache_configured(ctx=ctx, changed=frozenset(changed))
+
     def qa_store(self, ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,
                  sources: Sequence[str], origin: str = "user") -> None:
         self._hook.percache_qa_store(ctx=ctx, query=query, answer=answer, scope=scope,

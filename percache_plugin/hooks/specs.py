@@ -285,6 +285,73 @@ def percache_qa_known(ctx: AssistantContext, query: Query, scope: str | None) ->
     """
 
 
+@hookspec(firstresult=True)
+def percache_qa_similar(ctx: AssistantContext, query: Query, scope: str | None, tau: float,
+                        k: int) -> list[QAEntry] | None:
+    """Stored entries whose question is at least ``tau`` similar to ``query`` (paraphrases),
+    no guard applied and no hit counted. firstresult.
+
+    ask() drafts from the answers of the nearest questions (``Config.drafting``); idle work
+    checks a served answer against its paraphrases and disputes them. The default asks the
+    built-in QA bank.
+
+    :param ctx: the assistant context.
+    :param query: the question.
+    :param scope: entries of this scope only (``None``: unscoped).
+    :param tau: the least cosine similarity.
+    :param k: at most this many entries.
+    :return: the entries, most similar first, or None to defer (no plugin: none).
+    """
+
+
+@hookspec(firstresult=True)
+def percache_qa_mark_stale(ctx: AssistantContext, entry_ids: Sequence[int]) -> list[int] | None:
+    """Take stored entries out of service until they are regenerated or corrected (a user's
+    correction or a regenerated answer contradicts them). firstresult.
+
+    :param ctx: the assistant context.
+    :param entry_ids: ids from the entries this plugin listed.
+    :return: the ids marked, or None to defer (no plugin: none).
+    """
+
+
+@hookspec(firstresult=True)
+def percache_qa_correct(ctx: AssistantContext, entry_id: int, answer: str) -> QAEntry | None:
+    """The user's correction of a stored answer (``PerCache.correct``): the entry serves
+    ``answer`` from now on. firstresult.
+
+    :param ctx: the assistant context.
+    :param entry_id: the entry to correct; an unknown id raises KeyError.
+    :param answer: the corrected answer.
+    :return: the corrected entry, or None to defer (no plugin: LookupError).
+    """
+
+
+@hookspec(firstresult=True)
+def percache_qa_stats(ctx: AssistantContext) -> dict[str, object] | None:
+    """The QA bank's counters of this session, for ``PerCache.stats()``. firstresult.
+
+    The default returns the built-in QA bank's ``stats()`` once the bank is open (zero
+    counters before).
+
+    :param ctx: the assistant context.
+    :return: at least ``lookups`` and ``hits`` (ints), or None to defer (no plugin: zeros).
+    """
+
+
+@hookspec
+def percache_configured(ctx: AssistantContext, changed: frozenset[str]) -> None:
+    """``configure()`` applied new settings (``ctx.config`` holds them).
+    Every implementation is called.
+
+    The defaults apply ``qa_byte_limit`` to the QA bank (evicting at once) and ``chunk_words``
+    to documents added from now on.
+
+    :param ctx: the assistant context.
+    :param changed: names of the ``Config`` fields that changed.
+    """
+
+
 @hookspec
 def percache_qa_store(
     ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,

@@ -49,6 +49,11 @@ class KnowledgeRetrieval:
             self._bank.chunk_words = words
 
     @hookimpl(trylast=True)
+    def percache_configured(self, ctx: AssistantContext, changed: frozenset[str]) -> None:
+        if "chunk_words" in changed:
+            self.set_chunk_words(ctx.config.chunk_words)
+
+    @hookimpl(trylast=True)
     def percache_retrieve(self, ctx: AssistantContext, query: Query, k: int,
                           scope: str | None) -> list[Chunk]:
         bank = self.bank(ctx)
@@ -112,6 +117,31 @@ class QABankPlugin:
         tau = ctx.config.similarity_threshold
         best = self.bank(ctx).lookup(query.text, tau=tau, scope=scope, embedding=query.embedding).best
         return best is not None and best.similarity >= tau and bool(best.guards.get("terms", True))
+
+    @hookimpl(trylast=True)
+    def percache_qa_similar(self, ctx: AssistantContext, query: Query, scope: str | None, tau: float,
+                            k: int) -> list[QAEntry]:
+        matches = self.bank(ctx).similar(query.text, tau=tau, scope=scope, embedding=query.embedding, k=k)
+        return [m.entry for m in matches]
+
+    @hookimpl(trylast=True)
+    def percache_qa_mark_stale(self, ctx: AssistantContext, entry_ids: Sequence[int]) -> list[int]:
+        return self.bank(ctx).mark_stale(entry_ids)
+
+    @hookimpl(trylast=True)
+    def percache_qa_correct(self, ctx: AssistantContext, entry_id: int, answer: str) -> QAEntry:
+        return self.bank(ctx).correct(entry_id, answer)
+
+    @hookimpl(trylast=True)
+    def percache_qa_stats(self, ctx: AssistantContext) -> dict[str, object]:
+        if self._bank is None:  # not opened: nothing was looked up (and the embedder stays unloaded)
+            return {"lookups": 0, "hits": 0}
+        return self._bank.stats()
+
+    @hookimpl(trylast=True)
+    def percache_configured(self, ctx: AssistantContext, changed: frozenset[str]) -> None:
+        if "qa_byte_limit" in changed:  # evicts at once, also rows stored by earlier sessions
+            self.bank(ctx).set_byte_limit(ctx.config.qa_byte_limit)
 
     @hookimpl(trylast=True)
     def percache_qa_store(self, ctx: AssistantContext, query: Query, answer: str | None,

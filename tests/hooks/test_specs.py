@@ -71,6 +71,10 @@ def test_every_hook_is_exercised(tmp_path: Path) -> None:
     pc.hooks.model_profile(model)
     pc.configure(similarity_threshold=0.5)  # queue_conversions: qa_entries
     assert pc.hooks.qa_known(pc.assistant.ctx, pc.assistant.query("When is the rehearsal?"), None)
+    pc.configure(qa_byte_limit=1 << 20)  # configured
+    assert pc.stats().qa_lookups >= 1  # qa_stats
+    [entry] = pc.qa_bank.entries()
+    pc.correct(entry.id, "On Friday.")  # qa_correct, then qa_similar and qa_mark_stale (disputes)
     # Chat: edit_cache every turn; mask_function every forward; a small budget evicts
     # (select_eviction), masked mode scores turns (turn_relevance).
     pc.configure(session_kv_tokens=90)

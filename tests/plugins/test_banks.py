@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 import percache_plugin as percache
+from percache_plugin.assistant.ask import QA_DRAFT_SIMILARITY
 from percache_plugin.rag.chunking import Chunk
+from percache_plugin.rag.qa_types import LookupResult, QAEntry
 from tests.helpers import tiny_pair
 
 GEN = {"max_new_tokens": 3}
@@ -64,4 +67,82 @@ def test_unregistered_qa_bank_is_not_consulted() -> None:
     assert first.source == second.source == "generated"  # no bank: nothing served
     with pytest.raises(LookupError, match="not registered"):
         pc.qa_bank  # noqa: B018
+    pc.close()
+
+
+class ListQABank:
+    """A QA bank of its own: a list of entries, matched by exact question text."""
+
+    def __init__(self) -> None:
+        self.entries: list[QAEntry] = []
+        self.calls: list[str] = []
+
+    def _add(self, question: str, answer: str | None, scope: str | None) -> QAEntry:
+        entry = QAEntry(id=len(self.entries) + 1, question=question, answer=answer, scope=scope,
+                        sources=(), stale=False, hits=0, created=0.0, last_access=0.0,
+                        origin="user", nbytes=0)
+        self.entries.append(entry)
+        return entry
+
+    @percache.hookimpl
+    def percache_qa_lookup(self, ctx: Any, query: Any, scope: Any, retrieved: Any) -> LookupResult:
+        self.calls.append("lookup")
+        return LookupResult(None, None, None)
+
+    @percache.hookimpl
+    def percache_qa_store(self, ctx: Any, query: Any, answer: Any, scope: Any, sources: Any,
+                          origin: Any) -> None:
+        self.calls.append("store")
+        self._add(query.text, answer, scope)
+
+    @percache.hookimpl
+    def percache_qa_similar(self, ctx: Any, query: Any, scope: Any, tau: float, k: int) -> list[QAEntry]:
+        self.calls.append(f"similar {tau}")
+        return [e for e in self.entries if e.scope == scope and not e.stale][:k]
+
+    @percache.hookimpl
+    def percache_qa_mark_stale(self, ctx: Any, entry_ids: Sequence[int]) -> list[int]:
+        self.calls.append(f"mark_stale {list(entry_ids)}")
+        self.entries = [dataclasses.replace(e, stale=e.stale or e.id in entry_ids) for e in self.entries]
+        return list(entry_ids)
+
+    @percache.hookimpl
+    def percache_qa_correct(self, ctx: Any, entry_id: int, answer: str) -> QAEntry:
+        self.calls.append(f"correct {entry_id}")
+        i = entry_id - 1
+        self.entries[i] = dataclasses.replace(self.entries[i], answer=answer, origin="corrected")
+        return self.entries[i]
+
+    @percache.hookimpl
+    def percache_qa_stats(self, ctx: Any) -> dict[str, object]:
+        self.calls.append("stats")
+        return {"lookups": 7, "hits": 3}
+
+    @percache.hookimpl
+    def percache_configured(self, ctx: Any, changed: frozenset[str]) -> None:
+        self.calls.append(f"configured {sorted(changed)}")
+
+
+def test_a_replacement_qa_bank_gets_every_qa_call() -> None:
+    """Drafts, stats, the byte limit, served paraphrases, disputes and corrections all reach a
+    replacement QA-bank plugin; the built-in bank is never opened."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", predict="off", drafting=True)
+    pc.plugins.unregister(name="percache_plugin.plugins.banks:QABankPlugin")
+    bank = ListQABank()
+    pc.plugins.register(bank)
+    pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."])
+    bank._add("When is the rehearsal?", "On Friday.", None)
+    pc.ask("When is the rehearsal on?", **GEN)
+    assert bank.calls[:3] == ["lookup", f"similar {QA_DRAFT_SIMILARITY}", "store"]  # drafts
+    assert (pc.stats().qa_lookups, pc.stats().qa_hits) == (7, 3)
+    pc.configure(qa_byte_limit=1 << 20)
+    assert "configured ['qa_byte_limit']" in bank.calls
+    idle = pc.assistant.idle_context
+    query = pc.assistant.query("When is the rehearsal?")
+    assert [e.id for e in idle.served_paraphrases(query, None)] == [1, 2]
+    assert idle.dispute(bank.entries[0]) == 2  # itself and its paraphrase
+    assert bank.calls[-1] == "mark_stale [1, 2]"
+    assert pc.correct(2, "Friday at six.").answer == "Friday at six."
+    assert "correct 2" in bank.calls
     pc.close()
