@@ -276,8 +276,9 @@ class Config:
         None,
     )
     memory_recall: bool = _help(
-        "Before each chat turn, recall the facts of pc.memory most similar to the message into "
-        "the turn (docs/memory.md). Off by default: a chat turn is then exactly the conversation.",
+        "Before each chat turn, recall the facts of pc.memory (scope: chat's memory_scope) most "
+        "similar to the message and put them before the message in the turn (docs/memory.md). "
+        "Off by default: a chat turn is then exactly the conversation, and nothing is embedded.",
         False,
     )
     memory_in_ask: bool = _help(

@@ -52,6 +52,7 @@ class PerCache:
         self.assistant = Assistant(self.engine)
         self.sessions = Sessions(self.engine, self.engine.ctx.use_template)
         self.memory = Memory(self.assistant.ctx, self._memory_plugin, self.engine.tokenizer)
+        self.sessions.recall = self._recall
         if config.debug_log:
             ensure_handler()
 
@@ -170,7 +171,8 @@ class PerCache:
         plain generate over the same ids."""
         return self.engine.complete(prompt, **generate_kwargs)
 
-    def chat(self, message: str, session: str = DEFAULT_SESSION, **generate_kwargs: Any) -> Reply:
+    def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
+             **generate_kwargs: Any) -> Reply:
         """One turn of a conversation: the session's K/V is carried from turn to turn, so only the
         new message and the template glue are computed (``reply.stats`` says what was).
 
@@ -179,10 +181,21 @@ class PerCache:
         after the other. Extra keyword arguments go to ``model.generate`` (``max_new_tokens``
         defaults to 64).
 
+        With ``Config.memory_recall`` on, the facts of ``memory_scope`` most similar to the
+        message (``pc.memory``, with the threshold and guard of ``memory.recall.select``) are put before
+        the message in this turn; ``reply.stats.fact_ids`` names them.
+
         :raises UnknownSession: ``session`` was never created (see :attr:`sessions`).
         :raises MessageTooLong: the message and ``max_new_tokens`` exceed ``session_kv_tokens``
             or the model's context."""
-        return self.sessions.chat(message, session, **generate_kwargs)
+        return self.sessions.chat(message, session, memory_scope=memory_scope, **generate_kwargs)
+
+    def _recall(self, message: str, scope: str | None) -> list[tuple[str, str]]:
+        plugin = self._memory_plugin()
+        if plugin is None or len(plugin.bank(self.assistant.ctx)) == 0:
+            return []
+        hits = plugin.recall(self.assistant.ctx, self.assistant.query(message), scope)
+        return [(h.fact.id, h.fact.text) for h in hits]
 
     @property
     def turn_log(self) -> TurnLog:

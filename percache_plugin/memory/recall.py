@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from .bank import FactHit
 
-__all__ = ["RecallGuard", "select"]
+__all__ = ["MEMORY_HEADER", "RecallGuard", "memory_block", "select"]
+
+MEMORY_HEADER = "Relevant memories:\n"
 
 
 @dataclass(frozen=True)
@@ -41,3 +43,10 @@ def select(hits: Sequence[FactHit], k: int, guard: RecallGuard) -> list[FactHit]
     if flat and best < guard.strong:
         return []
     return [h for h in hits if h.similarity >= guard.threshold][:k]
+
+
+def memory_block(texts: Sequence[str]) -> str:
+    """The recalled facts as the text put before a chat message ("" for none)."""
+    if not texts:
+        return ""
+    return MEMORY_HEADER + "".join(f"- {t}\n" for t in texts) + "\n"

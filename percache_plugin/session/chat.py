@@ -56,14 +56,17 @@ class ChatRunner:
                 f"model's context of {limit} tokens")
 
     def turn(self, session: Session, message: str, stats: ChatStats, t0: float,
-             generate_kwargs: dict[str, Any]) -> Reply:
+             generate_kwargs: dict[str, Any], memory: str = "") -> Reply:
         """Generate the reply to ``message`` (the caller holds the session's lock and has made
-        room); the session's cache ends holding every conversation position but at most one."""
+        room); the session's cache ends holding every conversation position but at most one.
+        ``memory`` (recalled facts, already formatted) is put before the message in the turn."""
         if not isinstance(message, str) or not message:
             raise ValueError(f"message must be a non-empty str, got {message!r}")
         kwargs = dict(generate_kwargs)
         kwargs.setdefault("max_new_tokens", 64)
-        turn_ids = self.layout.turn(message, session.glue())
+        turn_ids = self.layout.turn(memory + message, session.glue())
+        if memory:
+            stats.memory_tokens = len(turn_ids) - len(self.layout.turn(message, session.glue()))
         self.check_fits(session, turn_ids, int(kwargs["max_new_tokens"]))
         make_room(self.engine, session, len(turn_ids) + int(kwargs["max_new_tokens"]), message, stats)
         editor = session_editor(session, self.engine.shifter,

@@ -38,6 +38,7 @@ class ChatStats(GenerationStats):
     # ids of the memory facts recalled into this turn's context; the memory recall fills them,
     # the turn log (``pc.turn_log``) records them with the turn
     fact_ids: list[int | str] = field(default_factory=list)
+    memory_tokens: int = 0  # tokens of the recalled facts in this turn (Config.memory_recall)
     log_id: int = 0  # the turn's row in the turn log (0: not logged, see store_errors)
 
 

@@ -7,12 +7,14 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from transformers import DynamicCache
 
 from ..decode import dtype_device
+from ..memory.recall import memory_block
 from ..turnlog import TurnLog, TurnRecord, context_hash
 from .chat import ChatRunner
 from .evict import compact
@@ -57,6 +59,9 @@ class Sessions:
 
     def __init__(self, engine: Engine, use_template: bool) -> None:
         self._engine = engine
+        # ``recall(message, scope)`` -> [(fact id, text)]: the facts for a turn (set by the
+        # handle; used when Config.memory_recall is on)
+        self.recall: Callable[[str, str | None], list[tuple[str, str]]] | None = None
         self._layout = ChatLayout(engine.tokenizer, use_template)
         self._runner = ChatRunner(engine, self._layout)
         self._sessions: dict[str, Session] = {}
@@ -223,7 +228,8 @@ class Sessions:
             if self._store is not None:
                 self._store.delete(name)
 
-    def chat(self, message: str, session: str = DEFAULT_SESSION, **generate_kwargs: Any) -> Reply:
+    def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
+             **generate_kwargs: Any) -> Reply:
         """One turn: see :meth:`PerCache.chat`."""
         state = self.get(session)
         with state.lock:  # two calls on one session run one after the other
@@ -234,7 +240,12 @@ class Sessions:
                 t0 = time.perf_counter()
                 self._follow_weights(state)
                 stats = ChatStats(session=session)
-                reply = self._runner.turn(state, message, stats, t0, generate_kwargs)
+                memory = ""
+                if self.recall is not None and engine.config.memory_recall:
+                    facts = self.recall(message, memory_scope)
+                    stats.fact_ids = [fact_id for fact_id, _ in facts]
+                    memory = memory_block([text for _, text in facts])
+                reply = self._runner.turn(state, message, stats, t0, generate_kwargs, memory)
                 self._save(state, reply)
                 self._log(state, reply)
                 return reply
