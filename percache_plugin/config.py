@@ -119,7 +119,8 @@ class Config:
     )
     ram_cache_policy: str = _help(
         "Replacement policy of the RAM tier: 'llm' (sequential/loop/hot classes, loop pinning), "
-        "'lru', 'lfu', 'lecar', or a name given to percache_plugin.buffer.register_policy.",
+        "'lru', 'lfu', 'lecar', or a name a plugin registers through the "
+        "percache_register_buffer_policies hook.",
         "llm",
     )
     reuse: Literal["exact", "shifted"] = _help(
@@ -305,11 +306,9 @@ class Config:
         if isinstance(self.ram_cache_bytes, bool) or not isinstance(self.ram_cache_bytes, int) \
                 or self.ram_cache_bytes < 0:
             raise ConfigError(f"ram_cache_bytes must be an int >= 0 (0 = off), got {self.ram_cache_bytes!r}")
-        from .buffer.policies import policy_names
-
-        if self.ram_cache_policy not in policy_names():
-            raise ConfigError(
-                f"ram_cache_policy must be one of {policy_names()}, got {self.ram_cache_policy!r}")
+        # The name is checked by the handle against its registry of buffer-cache policies.
+        if not isinstance(self.ram_cache_policy, str) or not self.ram_cache_policy:
+            raise ConfigError(f"ram_cache_policy must be a policy name such as 'llm', got {self.ram_cache_policy!r}")
         # The name is checked by the handle against its registry of eviction policies.
         if not isinstance(self.kv_eviction, str) or not self.kv_eviction:
             raise ConfigError(f"kv_eviction must be a policy name such as 'lfu-leaves', got {self.kv_eviction!r}")

@@ -29,6 +29,7 @@ from .attention.profile import ModelProfile
 from .attention.rope import NotShiftable, RopeShifter
 from .attention.rope_verify import verified_shifter
 from .attention.splice import SpliceCache
+from .buffer.policies import PolicyFactory
 from .config import Config, ConfigError, check_store_path
 from .core.capabilities import Capabilities
 from .core.preemption import Preempted, Preemption
@@ -83,7 +84,9 @@ class Engine:
         self.fingerprint = self.tracker.value
         self.eviction_policies: Registry[EvictionPolicy] = Registry("eviction policy")
         self.hooks.register_eviction_policies(self.eviction_policies.register)
-        self._check_eviction(config)
+        self.buffer_policies: Registry[PolicyFactory] = Registry("buffer-cache policy")
+        self.hooks.register_buffer_policies(self.buffer_policies.register)
+        self._check_names(config, None)
         self._stores = FingerprintStores(self._path, self.eviction_policies)
         self.store = self._stores.get(self.fingerprint, config)
         use_template = self._template_choice(config)
@@ -100,7 +103,8 @@ class Engine:
         self._check_recompute(config)
         self.shifter, shift_reason = usable_shifter(self._switch, rope)
         self.ctx = EngineContext(config, self.store, capabilities_of(model, self._switch, self.shifter, shift_reason), self.hooks,
-                                 self.fingerprint, tokenizer, use_template, self.recompute_strategies)
+                                 self.fingerprint, tokenizer, use_template, self.recompute_strategies,
+                                 self.buffer_policies)
         self._reuse = ReuseRunner(model, self.ctx, self.shifter)
         register_mask_provider(model, self._mask_function)
 
@@ -207,11 +211,15 @@ class Engine:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
-    def _check_eviction(self, config: Config) -> None:
-        try:
-            self.eviction_policies.require(config.kv_eviction)
-        except ValueError as exc:
-            raise ConfigError(f"kv_eviction: {exc}") from None
+    def _check_names(self, config: Config, changed: set[str] | None) -> None:
+        """ConfigError for a policy name no plugin registered (all, or the ``changed`` fields)."""
+        for field, registry in (("kv_eviction", self.eviction_policies),
+                                ("ram_cache_policy", self.buffer_policies)):
+            if changed is None or field in changed:
+                try:
+                    registry.require(getattr(config, field))
+                except ValueError as exc:
+                    raise ConfigError(f"{field}: {exc}") from None
 
     def check(self, config: Config, changed: set[str]) -> None:
         """Raise :class:`ConfigError` if ``config`` cannot apply to this engine."""
@@ -219,8 +227,7 @@ class Engine:
             self._template_choice(config)
         if "recompute" in changed:
             self._check_recompute(config)
-        if "kv_eviction" in changed:
-            self._check_eviction(config)
+        self._check_names(config, changed)
 
     def configure(self, config: Config, changed: set[str]) -> None:
         """Apply new settings (checked with :meth:`check`); a new K/V byte limit evicts at once,

@@ -4,19 +4,19 @@ policies, block-level access traces and the cache-sizing model."""
 from .cache import BufferCache, CacheStats, simulate
 from .llm_aware import LLMAwarePolicy
 from .policies import (
+    BUILTIN_POLICIES,
     LeCaRPolicy,
     LFUPolicy,
     LRUPolicy,
     Policy,
-    PolicyRegistry,
+    PolicyFactory,
     make_policy,
     policy_names,
-    register_policy,
 )
 from .trace import Access, Tracer, read_trace, write_trace
 
 __all__ = [
-    "BufferCache", "CacheStats", "simulate", "Policy", "PolicyRegistry", "LRUPolicy", "LFUPolicy",
-    "LeCaRPolicy", "LLMAwarePolicy", "make_policy", "policy_names", "register_policy", "Access",
+    "BufferCache", "CacheStats", "simulate", "Policy", "PolicyFactory", "BUILTIN_POLICIES", "LRUPolicy",
+    "LFUPolicy", "LeCaRPolicy", "LLMAwarePolicy", "make_policy", "policy_names", "Access",
     "Tracer", "read_trace", "write_trace",
 ]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from .policies import Policy, make_policy
+from .policies import Policy, PolicyFactory, make_policy
 
 __all__ = ["BufferCache", "CacheStats", "simulate"]
 
@@ -33,15 +33,16 @@ class CacheStats:
 
 
 class BufferCache(Generic[V]):
-    """Values of known byte size under ``capacity`` bytes; ``policy`` decides admission and
-    victims. Thread-safe. ``get`` returns the cached value itself (no copy): callers must not
+    """Values of known byte size under ``capacity`` bytes; ``policy`` (a policy, or its name in
+    ``policies``, by default the built-ins) decides admission and victims. Thread-safe. ``get`` returns the cached value itself (no copy): callers must not
     mutate it."""
 
-    def __init__(self, capacity: int, policy: str | Policy = "llm") -> None:
+    def __init__(self, capacity: int, policy: str | Policy = "llm",
+                 policies: Mapping[str, PolicyFactory] | None = None) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"capacity must be a non-negative int of bytes, got {capacity!r}")
         self.capacity = capacity
-        self.policy: Policy = make_policy(policy, capacity) if isinstance(policy, str) else policy
+        self.policy: Policy = make_policy(policy, capacity, policies) if isinstance(policy, str) else policy
         self.stats = CacheStats()
         self._values: dict[Hashable, tuple[V, int]] = {}
         self._used = 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..hooks.specs import hookimpl
+from .policies import BUILTIN_POLICIES, PolicyFactory
 from .ram_tier import KVRamTier
 
 if TYPE_CHECKING:
@@ -16,7 +18,8 @@ __all__ = ["RamTierKV"]
 
 class RamTierKV:
     """Serve ``percache_load_chunk`` from a :class:`KVRamTier` of ``ctx.config.ram_cache_bytes``
-    bytes (policy ``ctx.config.ram_cache_policy``); defers to the store's loader when the budget
+    bytes (policy ``ctx.config.ram_cache_policy``, from the handle's registry of buffer-cache
+    policies, which this plugin fills with the built-ins); defers to the store's loader when the budget
     is 0 or the store does not hold the node."""
 
     def __init__(self) -> None:
@@ -28,8 +31,14 @@ class RamTierKV:
         if t is None or t.store is not ctx.store or t.cache.capacity != budget or t.policy_name != policy:
             if t is not None:
                 t.close()
-            t = self.tier = KVRamTier(ctx.store, budget, policy)
+            t = self.tier = KVRamTier(ctx.store, budget, policy, policies=ctx.buffer_policies)
         return t
+
+    @hookimpl(tryfirst=True)
+    def percache_register_buffer_policies(self, register: Callable[[str, PolicyFactory], None]) -> None:
+        """The built-in policies: ``llm``, ``lru``, ``lfu``, ``lecar``."""
+        for name, factory in BUILTIN_POLICIES.items():
+            register(name, factory)
 
     @hookimpl(tryfirst=True)
     def percache_load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:

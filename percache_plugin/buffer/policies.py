@@ -5,8 +5,10 @@ counts bytes and asks the policy, on a miss, whether to admit the new entry and 
 evict for it. Policies see entries as opaque hashable keys with a byte size and an access class
 (``"seq"``, ``"loop"``, ``"hot"`` or ``""`` when undeclared); LRU, LFU and LeCaR ignore the class.
 
-New policies register a factory with :func:`register_policy`; :func:`make_policy` builds one by
-name (``"lru"``, ``"lfu"``, ``"lecar"``, ``"llm"``).
+:data:`BUILTIN_POLICIES` names the built-in ones (``"lru"``, ``"lfu"``, ``"lecar"``, ``"llm"``);
+a plugin adds more, per handle, through the ``percache_register_buffer_policies`` hook (the
+handle's registry is what ``Config.ram_cache_policy`` names). :func:`make_policy` builds one by
+name from such a table.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from __future__ import annotations
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
+from types import MappingProxyType
 from typing import Protocol
 
+from .llm_aware import LLMAwarePolicy
+
 __all__ = [
-    "Policy", "PolicyRegistry", "LRUPolicy", "LFUPolicy", "LeCaRPolicy", "register_policy", "make_policy",
+    "Policy", "PolicyFactory", "LRUPolicy", "LFUPolicy", "LeCaRPolicy", "BUILTIN_POLICIES", "make_policy",
     "policy_names", "ACCESS_CLASSES",
 ]
 
@@ -191,50 +196,25 @@ class LeCaRPolicy(_Sized):
 
 
 PolicyFactory = Callable[[int], Policy]
-_BUILTIN: dict[str, str] = {
-    "lru": "LRUPolicy", "lfu": "LFUPolicy", "lecar": "LeCaRPolicy",
-}
+"""Builds a policy for a cache of the given capacity in bytes."""
 
 
-class PolicyRegistry:
-    """Names to policy factories (one per cache owner; no global state)."""
-
-    def __init__(self) -> None:
-        self._factories: dict[str, PolicyFactory] = {}
-
-    def register(self, name: str, factory: PolicyFactory) -> None:
-        if not name or not name.isidentifier():
-            raise ValueError(f"policy name must be an identifier, got {name!r}")
-        self._factories[name] = factory
-
-    def names(self) -> list[str]:
-        return ["lru", "lfu", "lecar", "llm", *sorted(self._factories)]
-
-    def make(self, name: str, capacity: int) -> Policy:
-        if name in self._factories:
-            return self._factories[name](capacity)
-        if name in _BUILTIN:
-            return globals()[_BUILTIN[name]](capacity)  # type: ignore[no-any-return]
-        if name == "llm":
-            from .llm_aware import LLMAwarePolicy
-
-            return LLMAwarePolicy(capacity)
-        raise ValueError(f"unknown buffer-cache policy {name!r}; known: {self.names()}")
+BUILTIN_POLICIES: Mapping[str, PolicyFactory] = MappingProxyType({
+    "llm": LLMAwarePolicy, "lru": LRUPolicy, "lfu": LFUPolicy, "lecar": LeCaRPolicy,
+})
+"""The built-in policies by name. A handle's registry (the ``percache_register_buffer_policies``
+hook) starts from these; plugins add more or replace them."""
 
 
-_DEFAULT_REGISTRY = PolicyRegistry()
+def make_policy(name: str, capacity: int, policies: Mapping[str, PolicyFactory] | None = None) -> Policy:
+    """A fresh policy ``name`` from ``policies`` (default: the built-ins) for a cache of
+    ``capacity`` bytes; ValueError names the known ones."""
+    table = BUILTIN_POLICIES if policies is None else policies
+    if name not in table:
+        raise ValueError(f"unknown buffer-cache policy {name!r}; known: {policy_names(table)}")
+    return table[name](capacity)
 
 
-def register_policy(name: str, factory: PolicyFactory, registry: PolicyRegistry | None = None) -> None:
-    """Make ``factory(capacity_bytes)`` available under ``name`` (in ``registry``, or the
-    built-in one that :func:`make_policy` reads)."""
-    (registry or _DEFAULT_REGISTRY).register(name, factory)
-
-
-def make_policy(name: str, capacity: int, registry: PolicyRegistry | None = None) -> Policy:
-    """A fresh policy ``name`` for a cache of ``capacity`` bytes; ValueError names the known ones."""
-    return (registry or _DEFAULT_REGISTRY).make(name, capacity)
-
-
-def policy_names(registry: PolicyRegistry | None = None) -> list[str]:
-    return (registry or _DEFAULT_REGISTRY).names()
+def policy_names(policies: Mapping[str, PolicyFactory] | None = None) -> list[str]:
+    """The names in ``policies`` (default: the built-ins), sorted."""
+    return sorted(BUILTIN_POLICIES if policies is None else policies)

@@ -20,13 +20,13 @@ What :meth:`KVRamTier.get` returns says where it came from (``ChunkKV.origin``: 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..kv.integrity import hash_token_ids
 from ..kv.store import ChunkKV, KVStore, NodeInfo
 from .cache import BufferCache, CacheStats
-from .policies import Policy
+from .policies import Policy, PolicyFactory
 from .trace import Tracer
 
 __all__ = ["KVRamTier"]
@@ -46,13 +46,14 @@ class KVRamTier:
     """Chunk K/V of ``store`` cached in RAM under ``capacity`` bytes with ``policy``.
 
     Access classes: a root node (no parent: the system/persona prefix) is declared ``hot``;
-    other nodes are classified online by the policy. ``tracer`` records every read.
+    other nodes are classified online by the policy (a name in ``policies``, by default the
+    built-ins). ``tracer`` records every read.
     """
 
     def __init__(self, store: KVStore, capacity: int, policy: str | Policy = "llm", *,
-                 tracer: Tracer | None = None) -> None:
+                 tracer: Tracer | None = None, policies: Mapping[str, PolicyFactory] | None = None) -> None:
         self.store = store
-        self.cache: BufferCache[_Entry] = BufferCache(capacity, policy)
+        self.cache: BufferCache[_Entry] = BufferCache(capacity, policy, policies)
         self.policy_name = policy if isinstance(policy, str) else policy.name
         self.tracer = tracer
         self.stale = 0

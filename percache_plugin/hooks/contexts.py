@@ -16,6 +16,7 @@ from ..core.capabilities import Capabilities
 from ..core.query import Query
 
 if TYPE_CHECKING:
+    from ..buffer.policies import PolicyFactory
     from ..config import Config
     from ..idle import IdleQueue
     from ..kv.recompute import RecomputeStrategy
@@ -38,11 +39,14 @@ class EngineContext:
     :ivar use_template: whether prompts are rendered with the tokenizer's chat template
         (``config.chat_template`` resolved against the tokenizer).
     :ivar recompute_strategies: the recompute strategies registered for this handle.
+    :ivar buffer_policies: the RAM tier's replacement policies registered for this handle
+        (``Config.ram_cache_policy`` names one); None: the built-ins.
     """
 
     def __init__(self, config: Config, store: KVStore, capabilities: Capabilities, hooks: Hooks,
                  fingerprint: str, tokenizer: Any, use_template: bool,
-                 recompute_strategies: Mapping[str, RecomputeStrategy]) -> None:
+                 recompute_strategies: Mapping[str, RecomputeStrategy],
+                 buffer_policies: Mapping[str, PolicyFactory] | None = None) -> None:
         self.config = config
         self.store = store
         self.capabilities = capabilities
@@ -51,6 +55,7 @@ class EngineContext:
         self.tokenizer = tokenizer
         self.use_template = use_template
         self.recompute_strategies = recompute_strategies
+        self.buffer_policies = buffer_policies
 
     def __repr__(self) -> str:
         return f"EngineContext({self.capabilities.model_type}, store={self.store.path or 'memory'})"

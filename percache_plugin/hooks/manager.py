@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from ..attention.masks import MaskFunction
     from ..attention.profile import ModelProfile
+    from ..buffer.policies import PolicyFactory
     from ..core.query import Query
     from ..decode.sources import DraftHints, DraftSource
     from ..kv.edit import CacheEditor
@@ -207,6 +208,9 @@ class Hooks:
 
     def register_eviction_policies(self, register: Callable[[str, EvictionPolicy], None]) -> None:
         self._hook.percache_register_eviction_policies(register=register)
+
+    def register_buffer_policies(self, register: Callable[[str, PolicyFactory], None]) -> None:
+        self._hook.percache_register_buffer_policies(register=register)
 
     def register_model_profiles(self, register: Callable[[str, ModelProfile], None]) -> None:
         self._hook.percache_register_model_profiles(register=register)

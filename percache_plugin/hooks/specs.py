@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from ..attention.masks import MaskFunction
     from ..attention.profile import ModelProfile
+    from ..buffer.policies import PolicyFactory
     from ..core.query import Query
     from ..decode.sources import DraftHints, DraftSource
     from ..kv.edit import CacheEditor
@@ -421,6 +422,18 @@ def percache_register_eviction_policies(register: Callable[[str, EvictionPolicy]
     :param register: ``register(name, policy)``; ``policy(nodes, limit, protect)`` gets the
         fingerprint's :class:`~percache_plugin.kv.eviction.StoredNode` rows and returns the keys
         to evict (their descendants go with them) so that the rest fits ``limit`` bytes.
+    """
+
+
+@hookspec
+def percache_register_buffer_policies(register: Callable[[str, PolicyFactory], None]) -> None:
+    """Add replacement policies of the RAM tier, by name, for ``Config.ram_cache_policy``.
+    Every implementation is called, the built-ins first (``llm``, ``lru``, ``lfu``, ``lecar``);
+    registering a name again replaces the earlier entry. Collected once, when the handle is built.
+
+    :param register: ``register(name, factory)``; ``factory(capacity_bytes)`` returns a fresh
+        :class:`~percache_plugin.buffer.policies.Policy` (``hit``, ``admit``, ``inserted``,
+        ``removed``) for one cache.
     """
 
 

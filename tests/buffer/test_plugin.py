@@ -4,6 +4,7 @@ import pytest
 
 import percache_plugin as percache
 from percache_plugin.buffer.plugin import RamTierKV
+from percache_plugin.buffer.policies import LRUPolicy
 from percache_plugin.config import ConfigError
 from tests.helpers import SEGMENTS, tiny_pair
 
@@ -53,4 +54,45 @@ def test_bad_budget_is_named(bad: object) -> None:
 
 def test_unknown_policy_is_named() -> None:
     with pytest.raises(ConfigError, match="ram_cache_policy"):
-        percache.Config(ram_cache_policy="fifo")
+        percache.Config(ram_cache_policy="")
+    model, tok = tiny_pair("llama")
+    with pytest.raises(ConfigError, match="ram_cache_policy.*'fifo'.*lecar"):
+        percache.enable(model, tok, ram_cache_policy="fifo")
+    pc = percache.enable(model, tok)
+    with pytest.raises(ConfigError, match="ram_cache_policy"):
+        pc.configure(ram_cache_policy="fifo")
+    assert pc.config.ram_cache_policy == "llm"
+    pc.close()
+
+
+class CountingLRU(LRUPolicy):
+    made: list[int] = []
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.made.append(capacity)
+
+
+class FifoPolicies:
+    """A third-party plugin adding a RAM-tier policy by name."""
+
+    @percache.hookimpl
+    def percache_register_buffer_policies(self, register) -> None:
+        register("counting-lru", CountingLRU)
+
+
+def test_a_plugin_registers_a_policy_the_tier_uses(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    CountingLRU.made.clear()
+    pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=1 << 20,
+                         ram_cache_policy="counting-lru", plugins=[FifoPolicies()])
+    assert set(pc.engine.buffer_policies) == {"counting-lru", "lecar", "lfu", "llm", "lru"}
+    pc.generate(SEGMENTS, **GEN)
+    pc.generate(SEGMENTS, **GEN)
+    again = pc.generate(SEGMENTS, **GEN)
+    assert again.stats.ram_hits > 0 and CountingLRU.made == [1 << 20]
+    assert isinstance(ram_plugin(pc).tier.cache.policy, CountingLRU)
+    pc.configure(ram_cache_policy="lfu")  # a built-in again: a new tier
+    pc.generate(SEGMENTS, **GEN)
+    assert ram_plugin(pc).tier.cache.policy.name == "lfu"
+    pc.close()

@@ -2,7 +2,7 @@ import pytest
 
 from percache_plugin.buffer import BufferCache, make_policy, policy_names, simulate
 from percache_plugin.buffer.llm_aware import LLMAwarePolicy
-from percache_plugin.buffer.policies import LRUPolicy, PolicyRegistry, register_policy
+from percache_plugin.buffer.policies import BUILTIN_POLICIES, LRUPolicy
 
 
 def loop(n: int, cycles: int) -> list[tuple[int, int, str]]:
@@ -72,11 +72,13 @@ def test_unknown_policy_names_the_known_ones() -> None:
         make_policy("nope", 10)
 
 
-def test_registry_accepts_a_new_policy() -> None:
-    reg = PolicyRegistry()
-    register_policy("mine", LRUPolicy, reg)
-    assert "mine" in policy_names(reg) and "mine" not in policy_names()
-    assert isinstance(make_policy("mine", 5, reg), LRUPolicy)
+def test_a_table_of_policies_is_used_by_name() -> None:
+    table = {**BUILTIN_POLICIES, "mine": LRUPolicy}
+    assert "mine" in policy_names(table) and "mine" not in policy_names()
+    assert isinstance(make_policy("mine", 5, table), LRUPolicy)
+    assert isinstance(BufferCache(5, "mine", table).policy, LRUPolicy)
+    with pytest.raises(ValueError, match="mine"):
+        make_policy("nope", 5, table)
 
 
 def test_oversized_entry_is_bypassed() -> None:
