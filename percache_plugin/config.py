@@ -216,6 +216,11 @@ class Config:
     abstract_max_words: int = _help("Length cap of the persisted abstract, in words.", 250)
     background_max_new_tokens: int = _help(
         "Tokens decoded per background answer, summary or prediction.", 64)
+    background_prefill_chunk: int = _help(
+        "Idle-time (background) prompts are prefilled at most this many tokens per forward, "
+        "with a check between forwards, so a foreground request or the end of an "
+        "idle(budget_s=...) stops them within one chunk (the K/V is the same as one forward's).",
+        64)
     prompt_dir: str | None = _help(
         "Folder with prompt templates overriding the bundled ones (abstract.txt, "
         "knowledge_questions.txt, history_questions.txt).",
@@ -340,7 +345,7 @@ class Config:
             raise ConfigError(f"knowledge_rounds must be an int >= 0, got {self.knowledge_rounds!r}")
         for name in ("chunk_words", "top_k", "prediction_stride", "abstract_max_chunks",
                      "abstract_batch_chunks", "abstract_max_words", "background_max_new_tokens",
-                     "memory_k"):
+                     "memory_k", "background_prefill_chunk"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")

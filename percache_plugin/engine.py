@@ -37,10 +37,10 @@ from .core.registry import Registry
 from .decode import (
     DraftedDecoding,
     DraftHints,
-    dtype_device,
     greedy_reason,
     run_generate,
 )
+from .decode.chunked import StopCheck, interrupt_check, prefill_rest
 from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
@@ -255,14 +255,18 @@ class Engine:
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
+            stop = interrupt_check(self.preemption)
             prompt, cache, served, stats, finish = self._prepare(
-                segments, int(generate_kwargs["max_new_tokens"]), t0)
+                segments, int(generate_kwargs["max_new_tokens"]), t0, stop)
             gen = None
             try:
+                ready = served if stop is None else prefill_rest(
+                    self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop)
                 preempt = self.preemption.flag if self.preemption.in_background() else None
                 drafting = self.drafting(prompt, generate_kwargs, drafts, stats)
-                gen = run_generate(self.model, self.tokenizer, prompt, cache, served, stats,
+                gen = run_generate(self.model, self.tokenizer, prompt, cache, ready, stats,
                                    generate_kwargs, t0, preempt, self.preemption.deadline, drafting)
+                stats.tokens_computed = prompt.n_tokens - served
             finally:
                 finish(cache, gen, gen is not None)
             if gen.stats.fallback == "preempted":
@@ -301,24 +305,23 @@ class Engine:
         teacher-forced quality checks of approximate reuse. What was computed is stored."""
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
-            prompt, cache, served, stats, finish = self._prepare(segments, 1, t0)
+            stop = interrupt_check(self.preemption)
+            prompt, cache, served, stats, finish = self._prepare(segments, 1, t0, stop)
             done = False
             try:
-                have = cache.get_seq_length()  # a splice already filled every position but the last
-                rest = torch.tensor([prompt.input_ids[have:-1]], device=dtype_device(self.model)[1])
-                if rest.numel():
-                    with torch.inference_mode():
-                        self.model(input_ids=rest, past_key_values=cache, use_cache=True)
+                prefill_rest(self.model, prompt, cache, stats,
+                             self.config.background_prefill_chunk if stop else None, stop)
                 stats.tokens_computed = prompt.n_tokens - 1 - served
                 done = True
             finally:
                 finish(cache, None, done)
             return Prefilled(prompt, cache, stats)
 
-    def _prepare(self, segments: Sequence[str | Segment] | Prompt, max_new: int, t0: float) -> tuple[
-            Prompt, Any, int, GenerationStats, Finish]:
+    def _prepare(self, segments: Sequence[str | Segment] | Prompt, max_new: int, t0: float,
+                 stop: StopCheck | None = None) -> tuple[Prompt, Any, int, GenerationStats, Finish]:
         """The prompt, its cache, how many prompt positions the cache serves, the stats and a
-        ``finish(cache, generation, completed)`` (see :func:`~percache_plugin.request.open_request`)."""
+        ``finish(cache, generation, completed)`` (see :func:`~percache_plugin.request.open_request`).
+        With ``stop`` (a background request) a splice's forward runs in chunks, checked between them."""
         if self._closed:
             raise RuntimeError("this percache handle was closed; call enable() again")
         if self._enabled:
@@ -329,7 +332,8 @@ class Engine:
             return (prompt, empty_cache(), 0, GenerationStats(prompt_tokens=prompt.n_tokens),
                     lambda cache, gen, completed: None)
         assert self._reuse is not None
-        req = open_request(self.ctx, self._reuse, prompt, t0, self._totals, lambda: self._enabled)
+        req = open_request(self.ctx, self._reuse, prompt, t0, self._totals, lambda: self._enabled,
+                           chunk=self.config.background_prefill_chunk if stop else None, stop=stop)
         return prompt, req.cache, req.served, req.stats, req.finish
 
     # -- storing ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .decode import context_limit
+from .decode.chunked import StopCheck
 from .kv.cache import empty_cache
 from .reuse import PlanError, ReuseRunner, store_computed
 from .segments import Prompt
@@ -63,11 +64,14 @@ def check_length(model: Any, prompt: Prompt, max_new: int) -> None:
 
 
 def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: float,
-                 totals: StatsTotals, enabled: Callable[[], bool]) -> Opened:
+                 totals: StatsTotals, enabled: Callable[[], bool], *, chunk: int | None = None,
+                 stop: StopCheck | None = None) -> Opened:
     """Fire ``request_start``, plan (``percache_plan_reuse``), load exact and shifted K/V, and
     build the cache (a splice that cannot run falls back to a full prefill, said in
     ``stats.fallback``). ``request_end`` fires if this raises. ``enabled()`` is asked at finish
-    time: a handle disabled meanwhile stores nothing."""
+    time: a handle disabled meanwhile stores nothing. ``chunk`` and ``stop`` (a background
+    request) run a splice's forward in chunks with ``stop`` checked between them
+    (:meth:`ReuseRunner.splice <percache_plugin.reuse.ReuseRunner.splice>`)."""
     stats = GenerationStats(prompt_tokens=prompt.n_tokens)
     store = ctx.store
     errors_before = store.write_errors
@@ -79,7 +83,8 @@ def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: fl
         stats.load_s = time.perf_counter() - t0
         if shifted:
             try:
-                cache, served, exact_end = runner.splice(prompt, exact, shifted, plan, stats)
+                cache, served, exact_end = runner.splice(prompt, exact, shifted, plan, stats,
+                                                         chunk=chunk, stop=stop)
             except PlanError as exc:
                 log.warning("percache: falling back to a full prefill: %s", exc)
                 stats = GenerationStats(prompt_tokens=prompt.n_tokens, fallback=str(exc))

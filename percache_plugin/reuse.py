@@ -9,7 +9,9 @@ import torch
 
 from .attention.rope import RopeShifter
 from .attention.splice import ProbeDone, SpliceCache, splice_mask
+from .core.preemption import Preempted
 from .decode import dtype_device
+from .decode.chunked import StopCheck, chunk_bounds
 from .kv.assemble import Placed, assemble
 from .kv.cache import cache_from_chunks, empty_cache, layer_kv, slice_chunk
 from .kv.planner import ReusePlan
@@ -109,9 +111,16 @@ class ReuseRunner:
         return cache, cached, len(chunks)
 
     def splice(self, prompt: Prompt, exact: list[ChunkKV], shifted: list[Placed], plan: ReusePlan,
-               stats: GenerationStats) -> tuple[Any, int, int]:
+               stats: GenerationStats, *, chunk: int | None = None,
+               stop: StopCheck | None = None) -> tuple[Any, int, int]:
         """Inject exact and shifted chunks, recompute the chosen positions and every uncovered one
-        in one forward through a SpliceCache; the last prompt token is left to ``generate``."""
+        through a SpliceCache; the last prompt token is left to ``generate``.
+
+        The positions to compute go in one forward, or with ``chunk``, in ascending runs of at
+        most ``chunk`` positions (a query only sees keys at or before its own position, so
+        the result is the same) with ``stop`` checked before each run.
+
+        :raises Preempted: when ``stop`` returned True (nothing is stored)."""
         dtype, device = dtype_device(self._model)
         length = prompt.n_tokens - 1
         placed, pos = [], 0
@@ -141,8 +150,11 @@ class ReuseRunner:
         stats.tokens_shifted = shifted_total - len(chosen)
         stats.approximate = stats.tokens_shifted > 0 or any(
             p.kv.keys[0].dtype != dtype for p in placed + shifted)
-        if positions.numel():
-            self._forward(cache, ids, positions)
+        for a, b in chunk_bounds(0, positions.numel(), chunk or max(1, positions.numel())):
+            if stop is not None and stop():
+                stats.fallback = "preempted"
+                raise Preempted("background prefill yielded to a foreground request or the idle budget")
+            self._forward(cache, ids, positions[a:b])
         return cache, length - positions.numel(), len(exact)
 
     def _forward(self, cache: SpliceCache, ids: torch.Tensor, positions: torch.Tensor,

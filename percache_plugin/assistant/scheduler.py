@@ -143,9 +143,9 @@ def run_idle(a: Assistant, budget_s: float | None = None, max_tasks: int | None 
              ignore_quiet: bool = False,
              on_task: Callable[[IdleTask], None] | None = None) -> IdleReport:
     """Run runnable tasks, oldest first, until none is left, ``max_tasks`` ran or ``budget_s``
-    is spent. The budget is checked between tasks and after every decoded token, so the call
-    ends at most one decode step (or one uninterruptible prefill) after it; the interrupted
-    task stays queued. ``ignore_quiet`` runs tasks still in their quiet period; ``on_task`` is
+    is spent. The budget is checked between tasks, between prefill chunks
+    (``Config.background_prefill_chunk`` tokens) and after every decoded token, so the call
+    ends at most one chunk or one decode step after it; the interrupted task stays queued. ``ignore_quiet`` runs tasks still in their quiet period; ``on_task`` is
     called after each finished task (progress)."""
     t0 = time.perf_counter()
     report = IdleReport()

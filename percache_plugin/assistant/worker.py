@@ -15,7 +15,8 @@ class IdleWorker:
     """Runs idle work one task at a time (``step``) while no foreground request is waiting.
 
     A foreground call (ask, generate, prefill, add_documents) raises the shared preempt flag;
-    a background decode checks it after every token and stops, the task stays queued, and the
+    a background prefill checks it between chunks of ``Config.background_prefill_chunk``
+    tokens, a background decode after every token; either stops, the task stays queued, and the
     worker resumes it once the foreground is done. Errors in a task are counted and logged,
     and the task is dropped from the queue after ``max_failures`` attempts.
     """

@@ -1,5 +1,5 @@
-"""``percache bench idle``: the cost of idle-time work to the foreground, and the scheduler's
-compute/latency trade (SmolLM2, real QMSum meetings).
+"""``percache bench idle``: the cost of idle-time work to the foreground, the scheduler's
+compute/latency trade, and how well an idle budget holds (SmolLM2, real QMSum meetings).
 
 1. Preemption: time to first token of a foreground request with the idle worker quiet vs
    while it is decoding a predicted answer; the added latency should stay within one decode
@@ -7,6 +7,8 @@ compute/latency trade (SmolLM2, real QMSum meetings).
 2. Scheduler: the same predicted questions (QMSum queries) populated prefill-only vs decoded,
    then the users' paraphrases asked: background FLOPs and tokens, QA-bank hits and
    foreground latency of each policy, side by side.
+3. Budget: how far ``idle(budget_s=X)`` runs past X, background prefill in chunks vs in
+   one forward (:mod:`percache_plugin.bench.idle_budget`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..handle import PerCache, enable
 from ..hooks.specs import hookimpl
 from ..rag.qmsum import iter_meetings, meeting_text
 from .common import DEFAULT_QMSUM, THREADS_HELP, markdown_table, median, require_qmsum, write_json
+from .idle_budget import budget_overrun, budget_table
 
 __all__ = ["add_arguments", "run"]
 
@@ -40,7 +43,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=5, help="foreground requests per side")
     p.add_argument("--questions", type=int, default=6, help="predicted questions per policy")
     p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                   help="which parts to run (default: all)")
+    p.add_argument("--budgets", type=_floats, default=BUDGETS,
+                   help="idle budgets of the budget part, seconds, comma-separated "
+                        f"(default {','.join(map(str, BUDGETS))})")
     p.add_argument("--json", type=Path, default=None)
+
+
+PARTS = ("preemption", "policy", "budget")
+BUDGETS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+BUDGET_TEXT_CHARS = 15_000
+"""The budget part adds this much of the meeting (about 25 chunks: more idle work than any budget)."""
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want comma-separated seconds, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"want positive seconds, got {text!r}")
+    return values
 
 
 class _DecodeWatch:
@@ -119,27 +143,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     model, tok = load_smollm2()
     meeting, text, pairs = _meeting(args)
-    with tempfile.TemporaryDirectory(prefix="percache-bench-idle-") as store:
-        pc = enable(model, tok, store=store, predict="off", embedder="hash")
-        pre = _preemption(pc, text, args)
-        pc.disable()
-    tau = Config().similarity_threshold
-    policies = [_policy(model, tok, text, pairs, cutoff) for cutoff in (1.0, 0.0)]
-    full, prefill = policies
-    saving = 1 - prefill["background_flops"] / full["background_flops"] if full["background_flops"] else 0.0
-    print(markdown_table(
-        ["TTFT worker quiet", "TTFT worker decoding", "added", "one decode step", "bound (step + 50 ms)"],
-        [[f"{pre['ttft_quiet_median_s'] * 1000:.0f} ms", f"{pre['ttft_busy_median_s'] * 1000:.0f} ms",
-          f"{pre['added_s'] * 1000:.0f} ms", f"{pre['decode_step_s'] * 1000:.0f} ms",
-          f"{pre['bound_s'] * 1000:.0f} ms"]]))
-    print()
-    print(markdown_table(
-        ["policy", "background FLOPs", "prefill tokens", "decode tokens", "QA hits", "mean latency"],
-        [[("decode (tau <= cutoff)" if p is full else "prefill only (tau > cutoff)"),
-          f"{p['background_flops']:.3g}", p["background_prefill_tokens"], p["background_decode_tokens"],
-          f"{p['qa_hits']}/{p['questions']}", f"{p['mean_latency_s']:.2f} s"] for p in policies]))
-    print(f"\nprefill-only saves {saving:.0%} of background compute at tau={tau} (meeting {meeting})")
-    result = {"meeting": meeting, "tau": tau, "preemption": pre, "policies": policies,
-              "prefill_only_saving": saving}
+    parts = set(getattr(args, "parts", PARTS))
+    result: dict[str, Any] = {"meeting": meeting}
+    if "preemption" in parts:
+        with tempfile.TemporaryDirectory(prefix="percache-bench-idle-") as store:
+            pc = enable(model, tok, store=store, predict="off", embedder="hash")
+            pre = result["preemption"] = _preemption(pc, text, args)
+            pc.disable()
+        print(markdown_table(
+            ["TTFT worker quiet", "TTFT worker decoding", "added", "one decode step", "bound (step + 50 ms)"],
+            [[f"{pre['ttft_quiet_median_s'] * 1000:.0f} ms", f"{pre['ttft_busy_median_s'] * 1000:.0f} ms",
+              f"{pre['added_s'] * 1000:.0f} ms", f"{pre['decode_step_s'] * 1000:.0f} ms",
+              f"{pre['bound_s'] * 1000:.0f} ms"]]))
+        print()
+    if "policy" in parts:
+        tau = result["tau"] = Config().similarity_threshold
+        policies = result["policies"] = [_policy(model, tok, text, pairs, cutoff) for cutoff in (1.0, 0.0)]
+        full, prefill = policies
+        saving = 1 - prefill["background_flops"] / full["background_flops"] if full["background_flops"] else 0.0
+        result["prefill_only_saving"] = saving
+        print(markdown_table(
+            ["policy", "background FLOPs", "prefill tokens", "decode tokens", "QA hits", "mean latency"],
+            [[("decode (tau <= cutoff)" if p is full else "prefill only (tau > cutoff)"),
+              f"{p['background_flops']:.3g}", p["background_prefill_tokens"], p["background_decode_tokens"],
+              f"{p['qa_hits']}/{p['questions']}", f"{p['mean_latency_s']:.2f} s"] for p in policies]))
+        print(f"\nprefill-only saves {saving:.0%} of background compute at tau={tau} (meeting {meeting})\n")
+    if "budget" in parts:
+        budgets = tuple(getattr(args, "budgets", BUDGETS))
+        with tqdm(total=2 * len(budgets), desc="idle budget runs") as bar:
+            result["budget"] = budget_overrun(model, tok, text[:BUDGET_TEXT_CHARS], budgets, bar)
+        print(budget_table(result["budget"]))
     write_json(args.json, result)
     return result
