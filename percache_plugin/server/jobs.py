@@ -48,13 +48,15 @@ class Outcome:
     matched_question: str | None = None
     similarity: float | None = None
     stats: GenerationStats | None = None
+    source_texts: tuple[str, ...] = ()
 
     def cache_info(self) -> dict[str, Any]:
         """The ``percache`` field of a response: what the cache did for this request."""
         s = self.stats
         return {
             "source": self.source, "qa_bank_hit": self.source == "qa_bank",
-            "sources": list(self.sources), "matched_question": self.matched_question,
+            "sources": list(self.sources), "source_texts": list(self.source_texts),
+            "matched_question": self.matched_question,
             "similarity": self.similarity, "cached_tokens": self.cached_tokens,
             "tokens_reused": s.tokens_reused if s else 0, "tokens_shifted": s.tokens_shifted if s else 0,
             "tokens_computed": s.tokens_computed if s else 0, "approximate": s.approximate if s else False,
@@ -130,7 +132,17 @@ def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_n
     return Outcome(answer.text, reason, st.prompt_tokens if st else 0, new,
                    (st.tokens_reused + st.tokens_shifted) if st else 0, queue_s, ttft,
                    time.perf_counter() - arrived, answer.source, tuple(answer.sources),
-                   answer.matched_question, answer.similarity, st)
+                   answer.matched_question, answer.similarity, st,
+                   tuple(_snippet(pc, c) for c in answer.sources))
+
+
+def _snippet(pc: Any, chunk_id: str, chars: int = 160) -> str:
+    """The start of a source chunk's text ("" if it left the bank meanwhile)."""
+    try:
+        text = str(pc.knowledge.chunk(chunk_id).text)
+    except KeyError:
+        return ""
+    return text if len(text) <= chars else text[:chars].rstrip() + "…"
 
 
 class _Uncancellable(StoppingCriteria):
