@@ -22,6 +22,7 @@ from .hooks.manager import Hooks
 from .idle import IdleQueue, IdleReport
 from .kv.store import KVStore
 from .memory.api import Memory
+from .personas import Personas
 from .plugins.memory import MEMORY_PLUGIN, MemoryPlugin
 from .predict.state import PredictionState
 from .rag.embeddings import Embedder
@@ -172,6 +173,7 @@ class PerCache:
         return self.engine.complete(prompt, **generate_kwargs)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
+             persona: str | None = None,
              **generate_kwargs: Any) -> Reply:
         """One turn of a conversation: the session's K/V is carried from turn to turn, so only the
         new message and the template glue are computed (``reply.stats`` says what was).
@@ -185,10 +187,25 @@ class PerCache:
         message (``pc.memory``, with the threshold and guard of ``memory.recall.select``) are put before
         the message in this turn; ``reply.stats.fact_ids`` names them.
 
+        ``persona`` (a name from :attr:`personas`) runs the turn with that persona's system
+        prompt as the session's and its peft adapter applied (the base model for a persona
+        without one); the model's adapter state is restored after the turn. The head K/V is
+        read from the persona's snapshot for the weights in use instead of being prefilled
+        (``reply.stats.persona_head``); a session whose head was another one is computed again.
+        Pass ``persona`` at every turn that should run under it.
+
         :raises UnknownSession: ``session`` was never created (see :attr:`sessions`).
+        :raises UnknownPersona: no persona ``persona``.
         :raises MessageTooLong: the message and ``max_new_tokens`` exceed ``session_kv_tokens``
             or the model's context."""
-        return self.sessions.chat(message, session, memory_scope=memory_scope, **generate_kwargs)
+        return self.sessions.chat(message, session, memory_scope=memory_scope, persona=persona,
+                                  **generate_kwargs)
+
+    @property
+    def personas(self) -> Personas:
+        """Personas: ``add(name, system_prompt, adapter=None)`` (a peft LoRA directory),
+        ``get``, ``list``, ``remove``; used with ``chat(..., persona=name)``."""
+        return self.sessions.personas
 
     def _recall(self, message: str, scope: str | None) -> list[tuple[str, str]]:
         plugin = self._memory_plugin()

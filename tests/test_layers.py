@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hooks",),
     ("reuse", "request", "plugins", "buffer.plugin"),
     ("engine",),
-    ("assistant", "session", "memory.api"),
+    ("assistant", "session", "memory.api", "personas"),
     ("handle",),
     ("", "cli", "cli_errors", "admin", "memory.cli", "demo", "bench", "conformance", "bundled", "plugin_list"),
 )

@@ -39,6 +39,13 @@ class ChatStats(GenerationStats):
     # the turn log (``pc.turn_log``) records them with the turn
     fact_ids: list[int | str] = field(default_factory=list)
     memory_tokens: int = 0  # tokens of the recalled facts in this turn (Config.memory_recall)
+    persona: str = ""  # the persona the turn ran under ("" none)
+    persona_switched: bool = False  # the session's head was another one: the conversation was recomputed
+    # where the persona's head K/V came from: "snapshot" (read from the store), "stored" (computed
+    # in this turn and snapshotted), "session" (already in the session's cache); "" no persona
+    persona_head: str = ""
+    persona_head_tokens: int = 0  # head positions read from or written to the snapshot
+    persona_load_s: float = 0.0  # reading the head snapshot into the cache
     log_id: int = 0  # the turn's row in the turn log (0: not logged, see store_errors)
 
 

@@ -15,6 +15,8 @@ from transformers import DynamicCache
 
 from ..decode import dtype_device
 from ..memory.recall import memory_block
+from ..personas.registry import Personas
+from ..personas.runtime import PersonaRuntime
 from ..turnlog import TurnLog, TurnRecord, context_hash
 from .chat import ChatRunner
 from .evict import compact
@@ -70,6 +72,8 @@ class Sessions:
         self._stores: dict[str, SessionStore] = {}  # by fingerprint: sessions follow the weights
         self._stores_lock = threading.Lock()  # a leaf: nothing is acquired while holding it
         self.log = TurnLog(root / SESSIONS_DB if root is not None else None)
+        self._personas = PersonaRuntime(engine, self._layout, root,
+                                        root / SESSIONS_DB if root is not None else None)
         if not self._stored(DEFAULT_SESSION):
             self.create(DEFAULT_SESSION)
 
@@ -94,6 +98,12 @@ class Sessions:
                 store.close()
             self._stores.clear()
         self.log.close()
+        self._personas.close()
+
+    @property
+    def personas(self) -> Personas:
+        """The personas (``add``, ``get``, ``list``, ``remove``)."""
+        return self._personas.personas
 
     @property
     def layout(self) -> ChatLayout:
@@ -229,6 +239,7 @@ class Sessions:
                 self._store.delete(name)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
+             persona: str | None = None,
              **generate_kwargs: Any) -> Reply:
         """One turn: see :meth:`PerCache.chat`."""
         state = self.get(session)
@@ -238,16 +249,20 @@ class Sessions:
                 raise RuntimeError("this percache handle was disabled; call enable() again")
             with engine.preemption.foreground(engine.lock):
                 t0 = time.perf_counter()
-                self._follow_weights(state)
-                stats = ChatStats(session=session)
-                memory = ""
-                if self.recall is not None and engine.config.memory_recall:
-                    facts = self.recall(message, memory_scope)
-                    stats.fact_ids = [fact_id for fact_id, _ in facts]
-                    memory = memory_block([text for _, text in facts])
-                reply = self._runner.turn(state, message, stats, t0, generate_kwargs, memory)
-                self._save(state, reply)
-                self._log(state, reply)
+                with self._personas.applied(persona) as chosen:
+                    self._follow_weights(state)
+                    stats = ChatStats(session=session)
+                    store_head = self._personas.enter(state, chosen, stats)
+                    memory = ""
+                    if self.recall is not None and engine.config.memory_recall:
+                        facts = self.recall(message, memory_scope)
+                        stats.fact_ids = [fact_id for fact_id, _ in facts]
+                        memory = memory_block([text for _, text in facts])
+                    reply = self._runner.turn(state, message, stats, t0, generate_kwargs, memory)
+                    if store_head:
+                        self._personas.snapshot(state, stats)
+                    self._save(state, reply)
+                    self._log(state, reply)
                 return reply
 
     def _follow_weights(self, session: Session) -> None:
@@ -282,7 +297,6 @@ class Sessions:
             return
         self._engine.hooks.session_saved(self._engine.ctx, session, reply.turn_id)
 
-
     def _log(self, session: Session, reply: Reply) -> TurnRecord | None:
         """Append the turn to the turn log (best effort, like :meth:`_save`)."""
         turn = session.turns[-1]
@@ -291,7 +305,7 @@ class Sessions:
         try:
             record = self.log.append(
                 session=session.name, turn_id=turn.turn_id, fingerprint=self._engine.fingerprint,
-                persona=None, system=session.system, history=history, message=turn.message,
+                persona=stats.persona or None, system=session.system, history=history, message=turn.message,
                 output=turn.reply_text, context_hash=context_hash(reply.prompt_ids),
                 prompt_tokens=len(reply.prompt_ids), fact_ids=stats.fact_ids,
                 latency_s=stats.total_s, ttft_s=stats.ttft_s)

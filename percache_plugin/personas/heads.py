@@ -1,0 +1,102 @@
+"""Snapshots of persona heads: the K/V of a session's persistent head (template opening and
+the persona's system prompt), keyed by the model fingerprint and the head's token ids.
+
+The key is what the K/V is a function of: the same ids under the same weights (adapter
+included) give the same K/V, so a snapshot is served only to that pair, never under another
+adapter or prompt. Each snapshot is one safetensors file (written to a temp file, fsynced,
+renamed; its fingerprint in the metadata, a checksum in SQLite); a missing or corrupt file is
+a miss (the head is prefilled and written again), never a wrong cache. Without a store
+directory the snapshots are kept in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+import torch
+
+from ..filemodes import private_dir
+from ..kv.integrity import (
+    CorruptNodeError,
+    TensorSpec,
+    checksum_tensors,
+    read_node_file,
+    write_node_file,
+)
+from ..sqlite_tx import Schema, connect, transaction
+
+__all__ = ["HEADS_DIR", "HeadKV", "HeadSnapshots", "SCHEMA", "head_key"]
+
+HEADS_DIR = "personas"
+
+SCHEMA = Schema("persona_heads", 1, """
+CREATE TABLE IF NOT EXISTS persona_heads (
+    fingerprint TEXT NOT NULL, head TEXT NOT NULL, tokens INTEGER NOT NULL, file TEXT NOT NULL,
+    checksum TEXT NOT NULL, layout TEXT NOT NULL, PRIMARY KEY (fingerprint, head));
+""")
+
+HeadKV = list[tuple[torch.Tensor, torch.Tensor]]
+"""Per layer, keys and values shaped ``(heads, tokens, head_dim)``."""
+
+
+def head_key(head_ids: list[int]) -> str:
+    """blake2b of the head's ids (hex)."""
+    return hashlib.blake2b(json.dumps(head_ids).encode(), digest_size=16).hexdigest()
+
+
+class HeadSnapshots:
+    """Persona head K/V under ``root/personas`` (``root`` None: in memory)."""
+
+    def __init__(self, root: Path | None, db_path: Path | None) -> None:
+        self.root = root
+        self.db = connect(db_path, SCHEMA) if root is not None else None
+        self._memory: dict[tuple[str, str], HeadKV] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+
+    def _dir(self, fingerprint: str) -> Path:
+        assert self.root is not None
+        return private_dir(self.root / HEADS_DIR / fingerprint[:32])
+
+    def get(self, fingerprint: str, head_ids: list[int]) -> HeadKV | None:
+        """The head's K/V under ``fingerprint``; None when there is no valid snapshot."""
+        key = head_key(head_ids)
+        if self.db is None:
+            with self._lock:
+                return self._memory.get((fingerprint, key))
+        with self._lock:
+            row = self.db.execute("SELECT tokens, file, checksum, layout FROM persona_heads "
+                                  "WHERE fingerprint = ? AND head = ?", (fingerprint, key)).fetchone()
+        if row is None or row[0] != len(head_ids):
+            return None
+        specs: list[TensorSpec] = [(n, d, tuple(s)) for n, d, s in json.loads(row[3])]
+        try:
+            tensors = read_node_file(self._dir(fingerprint) / row[1], layout=specs, checksum=row[2],
+                                     expected_metadata={"fingerprint": fingerprint, "head": key})
+        except (CorruptNodeError, OSError, ValueError):
+            return None
+        return [(tensors[f"k.{i}"], tensors[f"v.{i}"]) for i in range(len(tensors) // 2)]
+
+    def put(self, fingerprint: str, head_ids: list[int], kv: HeadKV) -> None:
+        """Store the head's K/V under ``fingerprint`` (replacing an earlier snapshot)."""
+        key = head_key(head_ids)
+        if self.db is None:
+            with self._lock:
+                self._memory[(fingerprint, key)] = [(k.clone(), v.clone()) for k, v in kv]
+            return
+        tensors: dict[str, torch.Tensor] = {}
+        for i, (k, v) in enumerate(kv):
+            tensors[f"k.{i}"] = k.detach().to("cpu").contiguous()
+            tensors[f"v.{i}"] = v.detach().to("cpu").contiguous()
+        name = f"{key}.safetensors"
+        write_node_file(self._dir(fingerprint) / name, tensors, {"fingerprint": fingerprint, "head": key})
+        layout = json.dumps([(n, str(t.dtype), list(t.shape)) for n, t in tensors.items()])
+        with self._lock, transaction(self.db):
+            self.db.execute("INSERT OR REPLACE INTO persona_heads VALUES (?, ?, ?, ?, ?, ?)",
+                            (fingerprint, key, len(head_ids), name, checksum_tensors(tensors.values()), layout))

@@ -1,0 +1,116 @@
+"""Persona turns on a tiny Llama with real peft LoRA adapters: every turn's greedy output equals
+plain generate under the persona's adapter over the same ids; the head comes from its snapshot;
+K/V computed under one adapter is never served under another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.fingerprint import adapter_state, tuner_layers
+from tests.personas.loras import generate_under, llama_with_loras
+
+PROMPTS = {"a": "You are a terse pirate.", "b": "You are a polite librarian.", "plain": "You are plain."}
+ADAPTERS = {"a": "a", "b": "b", "plain": None}
+MESSAGES = ["Hello there.", "What is on Friday?", "And Monday?"]
+
+
+def _check(reply: Any, reference: Any, adapter: str | None, n: int = 4) -> None:
+    want, want_logits = generate_under(reference, adapter, reply.prompt_ids, n)
+    assert reply.token_ids == want
+    assert reply.first_logits is not None
+    assert float((reply.first_logits - want_logits).abs().max()) <= 1e-4
+
+
+def test_alternating_personas_equal_generate_under_their_adapter(tmp_path: Path) -> None:
+    model, tok, dirs, reference = llama_with_loras(tmp_path)
+    pc = percache.enable(model, tok, store=tmp_path / "store")
+    for name in ("a", "b"):
+        pc.personas.add(name, PROMPTS[name], adapter=dirs[name])
+    pc.personas.add("plain", PROMPTS["plain"])
+    assert [p.name for p in pc.personas.list()] == ["a", "b", "plain"]
+    state = adapter_state(tuner_layers(model))
+    ids = pc.sessions.layout.head(PROMPTS["a"])[0] + pc.sessions.layout.turn("Hi.", None)
+    outputs = {name: generate_under(reference, ADAPTERS[name], ids, 6)[0] for name in PROMPTS}
+    assert len({tuple(o) for o in outputs.values()}) == 3  # the adapters change what is generated
+    for name in PROMPTS:
+        pc.sessions.create(name)
+    for round_ in range(3):
+        for name in PROMPTS:
+            reply = pc.chat(MESSAGES[round_], session=name, persona=name, max_new_tokens=4)
+            _check(reply, reference, ADAPTERS[name])
+            assert reply.stats.persona == name
+            assert reply.stats.persona_head == ("stored" if round_ == 0 else "session")
+            assert adapter_state(tuner_layers(model)) == state  # the model is as it was
+            rec = pc.turn_log.get(reply.turn_id, name)
+            assert rec.persona == name and rec.system == PROMPTS[name]
+    pc.close()
+
+
+def test_a_new_session_reads_the_head_from_its_snapshot(tmp_path: Path) -> None:
+    model, tok, dirs, reference = llama_with_loras(tmp_path)
+    pc = percache.enable(model, tok, store=tmp_path / "store")
+    pc.personas.add("a", PROMPTS["a"], adapter=dirs["a"])
+    pc.personas.add("b", PROMPTS["b"], adapter=dirs["b"])
+    first = pc.chat("Hello there.", persona="a", max_new_tokens=4)
+    assert first.stats.persona_head == "stored"
+    head = len(pc.sessions.layout.head(PROMPTS["a"])[0])
+    pc.sessions.create("other")
+    reply = pc.chat("What is on Friday?", session="other", persona="a", max_new_tokens=4)
+    assert reply.stats.persona_head == "snapshot" and reply.stats.persona_head_tokens == head
+    assert reply.stats.tokens_reused == head
+    _check(reply, reference, "a")
+    pc.close()
+    again = percache.enable(model, tok, store=tmp_path / "store")  # the personas are in the store
+    assert [p.name for p in again.personas.list()] == ["a", "b"]
+    again.sessions.create("third")
+    reply = again.chat("And Monday?", session="third", persona="a", max_new_tokens=4)
+    assert reply.stats.persona_head == "snapshot" and reply.stats.persona_load_s > 0
+    _check(reply, reference, "a")
+    again.close()
+
+
+def test_same_prompt_other_adapter_never_gets_the_other_heads_kv(tmp_path: Path) -> None:
+    model, tok, dirs, reference = llama_with_loras(tmp_path)
+    pc = percache.enable(model, tok, store=tmp_path / "store")
+    pc.personas.add("a", "Same prompt.", adapter=dirs["a"])
+    pc.personas.add("b", "Same prompt.", adapter=dirs["b"])
+    pc.personas.add("base", "Same prompt.")
+    pc.sessions.create("sa")
+    pc.sessions.create("sb")
+    pc.sessions.create("sbase")
+    assert pc.chat("Hello there.", session="sa", persona="a", max_new_tokens=4).stats.persona_head == "stored"
+    for session, name, adapter in (("sb", "b", "b"), ("sbase", "base", None)):
+        reply = pc.chat("Hello there.", session=session, persona=name, max_new_tokens=4)
+        assert reply.stats.persona_head == "stored" and reply.stats.tokens_reused == 0
+        _check(reply, reference, adapter)
+    pc.sessions.create("sb2")
+    reply = pc.chat("Hello there.", session="sb2", persona="b", max_new_tokens=4)
+    assert reply.stats.persona_head == "snapshot"  # b's own head, now stored
+    _check(reply, reference, "b")
+    pc.close()
+
+
+def test_bad_persona_input_is_refused(tmp_path: Path) -> None:
+    model, tok, dirs, _ = llama_with_loras(tmp_path)
+    pc = percache.enable(model, tok)
+    with pytest.raises(ValueError, match="persona name must be"):
+        pc.personas.add("a b", "x")
+    with pytest.raises(ValueError, match="non-empty system_prompt"):
+        pc.personas.add("a", " ")
+    with pytest.raises(ValueError, match="no adapter_config.json"):
+        pc.personas.add("a", "x", adapter=tmp_path)
+    with pytest.raises(ValueError, match="is not a directory"):
+        pc.personas.add("a", "x", adapter=tmp_path / "missing")
+    pc.personas.add("a", "x", adapter=dirs["a"])
+    assert pc.personas.add("a", "x", adapter=dirs["a"]).name == "a"  # the same definition again
+    with pytest.raises(ValueError, match="already exists with another definition"):
+        pc.personas.add("a", "y")
+    with pytest.raises(KeyError, match="no persona 'zz' .known: a"):
+        pc.chat("Hi.", persona="zz")
+    pc.personas.remove("a")
+    assert pc.personas.list() == []
+    pc.close()
