@@ -30,9 +30,17 @@ def _forward_params(model: Any) -> set[str]:
         return set()
 
 
+def _unwrapped(model: Any) -> Any:
+    """The transformers model inside a wrapper that forwards its keyword arguments (a peft
+    ``PeftModel`` passes ``past_key_values`` through ``**kwargs``)."""
+    base = getattr(model, "get_base_model", None)
+    return base() if callable(base) else model
+
+
 def reuse_limitation(model: Any) -> str:
     """Why chunk K/V reuse does not apply to ``model`` ("" when it may)."""
     name = type(model).__name__
+    model = _unwrapped(model)
     if "past_key_values" not in _forward_params(model):
         return (f"{name}.forward takes no past_key_values (a recurrent state or no K/V cache): "
                 "chunk K/V reuse does not apply")

@@ -67,3 +67,13 @@ def test_attention_models_still_enable() -> None:
     pc = percache.enable(model, tok)
     assert pc.capabilities.exact_reuse
     pc.close()
+
+
+@pytest.mark.parametrize("task_type", [None, "CAUSAL_LM"])
+def test_a_peft_wrapped_attention_model_still_enables(task_type: str | None) -> None:
+    peft = pytest.importorskip("peft")
+    model, tok = tiny_pair("llama")
+    config = peft.LoraConfig(r=2, target_modules=["q_proj"], task_type=task_type)
+    wrapped = peft.get_peft_model(model, config)  # its forward passes past_key_values in **kwargs
+    assert reuse_limitation(wrapped) == ""
+    percache.enable(wrapped, tok).close()
