@@ -18,7 +18,7 @@ peft = pytest.importorskip("peft")
 def save_lora(model: Any, path: Path, seed: int) -> Path:
     """A LoRA with random A and B (``init_lora_weights=False``: it changes the outputs) on the
     attention and MLP projections of a copy of ``model``, saved to ``path``."""
-    config = peft.LoraConfig(r=4, lora_alpha=32, init_lora_weights=False,
+    config = peft.LoraConfig(r=4, lora_alpha=32, init_lora_weights=False, task_type="CAUSAL_LM",
                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -114,3 +114,40 @@ def test_bad_persona_input_is_refused(tmp_path: Path) -> None:
     pc.personas.remove("a")
     assert pc.personas.list() == []
     pc.close()
+
+
+def test_one_session_switching_persona_recomputes_under_the_new_adapter(tmp_path: Path) -> None:
+    model, tok, dirs, reference = llama_with_loras(tmp_path)
+    pc = percache.enable(model, tok, store=tmp_path / "store")
+    pc.personas.add("a", "Same prompt.", adapter=dirs["a"])
+    pc.personas.add("b", "Same prompt.", adapter=dirs["b"])
+    pc.personas.add("c", "Another prompt.", adapter=dirs["b"])
+    for i, (name, adapter) in enumerate([("a", "a"), ("b", "b"), ("a", "a"), ("a", "a"), ("c", "b")]):
+        reply = pc.chat(MESSAGES[i % 3] + f" ({i})", persona=name, max_new_tokens=4)
+        _check(reply, reference, adapter)
+        if i in (1, 2, 4):  # the weights or the head changed: the history is computed again
+            assert reply.stats.history_recomputed > 0
+        if i == 3:  # same persona again: the session's K/V is reused
+            assert reply.stats.history_recomputed == 0 and reply.stats.persona_head == "session"
+    assert reply.stats.persona_switched and pc.sessions.get("default").system == "Another prompt."
+    pc.close()
+
+
+def test_a_peft_model_keeps_its_own_adapter_outside_persona_turns(tmp_path: Path) -> None:
+    model, tok, dirs, reference = llama_with_loras(tmp_path)
+    peft = pytest.importorskip("peft")
+    wrapped = peft.PeftModel.from_pretrained(model, str(dirs["a"]), adapter_name="mine")
+    wrapped.eval()
+    pc = percache.enable(wrapped, tok)
+    pc.personas.add("b", PROMPTS["b"], adapter=dirs["b"])
+    pc.personas.add("plain", PROMPTS["plain"])
+    assert wrapped.active_adapters == ["mine"]
+    for name, adapter in (("b", "b"), ("plain", None), ("b", "b")):
+        pc.sessions.create(f"{name}-{len(pc.sessions.names())}")
+        reply = pc.chat("Hello there.", session=f"{name}-{len(pc.sessions.names()) - 1}", persona=name,
+                        max_new_tokens=4)
+        _check(reply, reference, adapter)
+        assert wrapped.active_adapters == ["mine"]
+    reply = pc.chat("Hello there.", max_new_tokens=4)  # no persona: the user's adapter ("a")
+    _check(reply, reference, "a")
+    pc.close()
