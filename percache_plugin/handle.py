@@ -203,8 +203,7 @@ class PerCache:
 
     @property
     def personas(self) -> Personas:
-        """Personas: ``add(name, system_prompt, adapter=None)`` (a peft LoRA directory),
-        ``get``, ``list``, ``remove``; used with ``chat(..., persona=name)``."""
+        """``add(name, system_prompt, adapter=None)`` (a peft LoRA directory), get, list, remove."""
         return self.sessions.personas
 
     def _recall(self, message: str, scope: str | None) -> list[tuple[str, str]]:
@@ -216,19 +215,14 @@ class PerCache:
 
     @property
     def turn_log(self) -> TurnLog:
-        """Every chat turn with its context hash, recalled fact ids, output, latency and
-        feedback (``records()``; ``percache memory export`` writes it as JSONL)."""
+        """Chat turns with context hash, fact ids, output, latency, feedback (memory L3)."""
         return self.sessions.log
 
     def feedback(self, turn_id: int, *, accepted: bool | None = None, edited_text: str | None = None,
                  session: str = DEFAULT_SESSION) -> TurnRecord:
-        """Say what the user thought of a chat reply: ``accepted`` and/or ``edited_text`` (the
-        reply as it should have been), for turn ``turn_id`` (``reply.turn_id``) of ``session``
-        (its latest turn with that id: a reset session numbers turns from 1 again). Given again,
-        feedback replaces what it names. Returns the updated log record.
-
-        :raises UnknownTurn: the session has no logged turn ``turn_id``.
-        :raises ValueError: neither ``accepted`` nor ``edited_text``, or a bad value."""
+        """Record the user's verdict on chat turn ``turn_id`` of ``session`` (its latest turn of
+        that id): ``accepted`` and/or ``edited_text`` (the reply as it should have been); see
+        :meth:`TurnLog.feedback`. Raises UnknownTurn for a turn never logged, ValueError for bad values."""
         return self.sessions.log.feedback(turn_id, session, accepted=accepted, edited_text=edited_text)
 
     def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:

@@ -61,7 +61,7 @@ def test_a_new_session_reads_the_head_from_its_snapshot(tmp_path: Path) -> None:
     pc.sessions.create("other")
     reply = pc.chat("What is on Friday?", session="other", persona="a", max_new_tokens=4)
     assert reply.stats.persona_head == "snapshot" and reply.stats.persona_head_tokens == head
-    assert reply.stats.tokens_reused == head
+    assert reply.stats.tokens_reused >= head  # prefix blocks of the K/V store may continue it
     _check(reply, reference, "a")
     pc.close()
     again = percache.enable(model, tok, store=tmp_path / "store")  # the personas are in the store
