@@ -18,6 +18,7 @@ import torch
 
 from .attention.backend import AttentionSwitch, install, release, uninstall
 from .attention.capability import capabilities_of, usable_shifter
+from .attention.hook_probe import HookProbe
 from .attention.kinds import check_reusable
 from .attention.masks import (
     MaskFunction,
@@ -25,7 +26,7 @@ from .attention.masks import (
     register_mask_provider,
     release_mask_provider,
 )
-from .attention.profile import ModelProfile
+from .attention.profile import ModelProfile, text_config
 from .attention.rope import NotShiftable, RopeShifter
 from .attention.rope_verify import verified_shifter
 from .attention.splice import SpliceCache
@@ -97,7 +98,10 @@ class Engine:
         self.model_profiles: Registry[ModelProfile] = Registry("model profile")
         self.hooks.register_model_profiles(self.model_profiles.register)
         rope = self._rope()  # before install: a guessed RoPE layout is probed with a forward
+        self._probe = HookProbe()
         self._switch: AttentionSwitch = install(model, self._relay)
+        if text_config(model).model_type not in self.model_profiles:  # an unknown family
+            self._switch = self._probe.verify(model, self._switch)
         self._enabled = True
         self._closed = False
         self._check_recompute(config)
@@ -139,6 +143,8 @@ class Engine:
     def _relay(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                value: torch.Tensor, attention_mask: torch.Tensor | None,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self._probe.recording:  # enable()'s check that the hook fires once per layer
+            return self._probe.attend(module, query, key, value, attention_mask, kwargs)  # type: ignore[no-any-return]
         assert self._reuse is not None
         mask = self._reuse.splice_mask(query, key, kwargs)
         if mask is not None:

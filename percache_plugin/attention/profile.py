@@ -274,7 +274,11 @@ def _rotary_dims(config: PreTrainedConfig) -> int | None:
     explicit = getattr(config, "rotary_dim", None)  # GPT-J / CodeGen name it directly
     if isinstance(explicit, int) and explicit > 0:
         return explicit
-    head_dim = getattr(config, "head_dim", None)
+    try:
+        head_dim = getattr(config, "head_dim", None)
+    except Exception as exc:  # Gemma4: head_dim varies per layer and refuses a global read
+        raise ValueError(f"{config.model_type}: head_dim varies per layer ({type(exc).__name__}); "
+                         "one ModelProfile cannot describe that") from None
     if not head_dim:
         hidden, heads = (
             getattr(config, "hidden_size", None),

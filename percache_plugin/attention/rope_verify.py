@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
 import torch
 from torch import nn
@@ -30,7 +31,7 @@ from .profile import (
 )
 from .rope import NotShiftable, RopeShifter
 
-__all__ = ["LayoutUnverified", "PROBE_TOKENS", "layout_error", "verified_shifter"]
+__all__ = ["LayoutUnverified", "NOT_SHIFTABLE", "PROBE_TOKENS", "layout_error", "verified_shifter"]
 
 PROBE_TOKENS = 16
 """Tokens of the probe forward (run twice, at two offsets)."""
@@ -82,6 +83,23 @@ def _candidates(model: nn.Module, profile: ModelProfile) -> list[ModelProfile]:
             for rotate in ("half", "interleaved") for d in dims]
 
 
+NOT_SHIFTABLE: Mapping[str, str] = MappingProxyType({
+    "doge": "its attention adds a dynamic mask computed from the value states (top-k over the "
+            "keys past keep_window_size) to the causal mask, which a splice mask does not "
+            "reproduce (conformance: a recompute-all splice differs from a full prefill by 0.16 "
+            "in first-token logits)",
+    "phimoe": "a recompute-all splice differs from a full prefill by 0.15 in first-token logits "
+              "on a tiny model although its RoPE layout checks out (sparsemixer routing "
+              "thresholds are a suspected cause, not confirmed)",
+    "moshi": "shifted reuse agreed with a full prefill on 0.19 of next tokens on a tiny model "
+             "(floor 0.5) although the RoPE shift and recompute-all splice are exact; off until "
+             "shown on real weights",
+})
+"""Families whose keys rotate as a RoPE layout says but whose shifted reuse the conformance
+suite found wrong or poor; ``enable()`` reports shifted reuse not applicable with the reason (a
+profile override passed by a plugin still wins)."""
+
+
 def verified_shifter(model: nn.Module, override: ModelProfile | None = None, *,
                      table: Mapping[str, ModelProfile] | None = None) -> RopeShifter:
     """The shifter for ``model``; for a guessed profile, the layout the model confirms.
@@ -90,6 +108,8 @@ def verified_shifter(model: nn.Module, override: ModelProfile | None = None, *,
         layout reproduces its keys).
     """
     config = text_config(model)
+    if override is None and config.model_type in NOT_SHIFTABLE:
+        raise NotShiftable(f"{config.model_type}: {NOT_SHIFTABLE[config.model_type]}")
     if override is not None or config.model_type in (PROFILES if table is None else table):
         return RopeShifter.from_model(model, override, table=table)
     try:

@@ -68,14 +68,25 @@ def registered_families() -> tuple[str, ...]:
     return tuple(sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))
 
 
+def _plain_attr(config: Any, name: str) -> Any:
+    """``config.name``, or None where it is missing or varies per layer (Gemma4's ``head_dim``
+    raises instead of answering)."""
+    try:
+        return getattr(config, name, None)
+    except Exception:  # AmbiguousGlobalPerLayerAttributeError
+        return None
+
+
 def _sizes_for(config: Any) -> dict[str, Any]:
     """The :data:`TINY_SIZES` fields ``config`` has (directly or through its attribute map)."""
     known = set(config.to_dict()) | set(getattr(config, "attribute_map", {}) or {})
     sizes = {k: v for k, v in TINY_SIZES.items() if k in known or k in _MUST_SET}
     if sizes.get("sliding_window") is None and getattr(config, "sliding_window", None) is None:
         sizes.pop("sliding_window", None)  # keep "no sliding window" as the family has it
-    if getattr(config, "head_dim", None) is None and "head_dim" in sizes and "head_dim" not in known:
+    if _plain_attr(config, "head_dim") is None and "head_dim" in sizes and "head_dim" not in known:
         sizes.pop("head_dim")
+    if "kv_lora_rank" in sizes:  # MLA: every head has its own keys (one latent per token)
+        sizes["num_key_value_heads"] = sizes["num_attention_heads"]
     layer_types = getattr(config, "layer_types", None)
     if isinstance(layer_types, list) and layer_types:
         kinds = list(dict.fromkeys(layer_types))  # keep one layer of each kind, in order

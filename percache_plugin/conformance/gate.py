@@ -15,7 +15,7 @@ from torch import nn
 
 from ..attention.profile import ModelProfile, resolve_profile, rotary_modules, text_config
 from ..attention.rope import ROPE_TYPES, NotShiftable, RopeShifter
-from ..attention.rope_verify import LayoutUnverified, verified_shifter
+from ..attention.rope_verify import NOT_SHIFTABLE, LayoutUnverified, verified_shifter
 from ..hooks.manager import Hooks, make_plugin_manager
 from .result import Outcome, failed, not_applicable
 from .subject import Subject
@@ -44,6 +44,9 @@ def _rope_sets(config: Any) -> dict[str, Mapping[str, Any]]:
 
 def shift_limitation(model: nn.Module, profile: ModelProfile | None) -> str:
     """Why shifting legitimately does not apply to ``model`` ("" when it should apply)."""
+    model_type = text_config(model).model_type
+    if profile is None and model_type in NOT_SHIFTABLE:
+        return f"{model_type}: {NOT_SHIFTABLE[model_type]}"
     try:
         resolved = resolve_profile(model, profile)
     except ValueError as exc:

@@ -139,7 +139,7 @@ def check_sliding_window(subject: Subject) -> Outcome:
     if need > budget:
         return not_applicable(f"the sliding window ({window} tokens) is longer than the check's "
                               f"prompt budget ({budget}); raise max_window_tokens to run it")
-    limit = getattr(text_config(subject.model), "max_position_embeddings", None)
+    limit = subject.context
     if isinstance(limit, int) and need + subject.options.new_tokens > limit:
         return not_applicable(f"the sliding window ({window}) is as long as the context ({limit})")
     with open_handle(subject) as probe:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..attention.kinds import reuse_limitation
+from ..attention.kinds import UnsupportedModelError, reuse_limitation
 from .result import FAIL, NA, CheckResult, Outcome, failed, not_applicable
 from .reuse import (
     check_bf16,
@@ -19,7 +19,7 @@ from .reuse import (
     check_store_roundtrip,
 )
 from .shift import check_rope_shift, check_shifted_reuse, check_splice_recompute_all
-from .subject import Subject, SuiteOptions
+from .subject import Subject, SuiteOptions, open_handle
 from .switch import check_attention_switch, check_disable_restores, check_left_padding
 
 __all__ = [
@@ -156,6 +156,16 @@ class SuiteReport:
         }
 
 
+def _refused(subject: Subject) -> str:
+    """Why ``enable()`` refuses the model ("" when it accepts it): its probe forward with a
+    plain cache found a family whose cache needs layers of its own kind."""
+    try:
+        with open_handle(subject):
+            return ""
+    except UnsupportedModelError as exc:
+        return str(exc)
+
+
 def run_suite(model: Any, tokenizer: Any, *, label: str = "model",
               options: SuiteOptions | None = None, checks: Sequence[str] | None = None,
               progress: Callable[[CheckResult], None] | None = None) -> SuiteReport:
@@ -172,7 +182,7 @@ def run_suite(model: Any, tokenizer: Any, *, label: str = "model",
     chosen = CHECKS if checks is None else tuple(get_check(n) for n in checks)
     t0 = time.perf_counter()
     results = []
-    limitation = reuse_limitation(model)
+    limitation = reuse_limitation(model) or _refused(subject)
     for check in chosen:
         result = (CheckResult(check.name, check.title, not_applicable(limitation), 0.0)
                   if limitation else run_check(check, subject))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,7 +13,7 @@ from transformers import DynamicCache
 from ..attention.backend import PREFIX
 from ..attention.hf_private import attn_implementation
 from ..attention.hf_private import check as check_private
-from ..attention.profile import text_config
+from ..attention.hook_probe import attention_layers
 from ..hooks.specs import hookimpl
 from .result import Outcome, failed, not_applicable, passed
 from .subject import CHUNKS, QUERIES, SYSTEM, Subject, logits_tolerance, open_handle
@@ -33,13 +33,6 @@ class _LayerCounter:
                            kwargs: dict[str, Any]) -> Any:
         self.calls.append(int(getattr(module, "layer_idx", -1)))
         return (yield)
-
-
-def attention_layers(model: nn.Module) -> list[int]:
-    """Layer indices of the model's attention modules (all decoder layers if none say)."""
-    found = {int(cast(Any, m).layer_idx) for m in model.modules()
-             if "Attention" in type(m).__name__ and isinstance(getattr(m, "layer_idx", None), int)}
-    return sorted(found) or list(range(int(text_config(model).num_hidden_layers)))
 
 
 def _ids(subject: Subject, text: str) -> torch.Tensor:

@@ -18,7 +18,7 @@ from ..segments import Prompt
 from ..stats import Generation, GenerationStats
 from .verify import DraftedDecoding
 
-__all__ = ["context_limit", "dtype_device", "greedy_reason", "run_generate"]
+__all__ = ["CONTEXT_ATTRS", "context_limit", "dtype_device", "greedy_reason", "run_generate"]
 
 
 class _PreemptCheck(StoppingCriteria):
@@ -49,14 +49,26 @@ class _FirstTokenClock(LogitsProcessor):
         return scores
 
 
+CONTEXT_ATTRS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
+                 "max_seq_len", "max_target_positions")
+"""Config fields that bound the context: MPT names it ``max_seq_len``, Whisper's decoder
+``max_target_positions``."""
+
+
 def context_limit(model: Any) -> int | None:
-    """The model's context length in tokens, where its config names one."""
+    """The model's context length in tokens where its config names one: the smallest of the
+    :data:`CONTEXT_ATTRS` it has (a config may carry a generic field beside its own, smaller
+    one, as MPT does with ``max_seq_len``)."""
     cfg = model.config.get_text_config(decoder=True)
-    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(cfg, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    found = []
+    for attr in CONTEXT_ATTRS:
+        try:
+            value = getattr(cfg, attr, None)
+        except Exception:  # a per-layer attribute that refuses a global read
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            found.append(value)
+    return min(found, default=None)
 
 
 def dtype_device(model: Any) -> tuple[torch.dtype, torch.device]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from ..attention.hook_probe import eager_forward_of
 from ..attention.profile import PROFILES, ModelProfile
 from ..hooks.specs import hookimpl
 from ..kv.eviction import BUILTIN_POLICIES, EvictionPolicy
@@ -29,14 +29,6 @@ __all__ = ["DefaultAttention", "PromptBuilder", "BuiltinProfiles", "ExactPrefixP
 log = logging.getLogger("percache")
 
 
-def _eager_forward(module: torch.nn.Module) -> Any:
-    """The model family's own eager attention (it knows softcapping and its mask layout)."""
-    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if fn is None:
-        raise RuntimeError(f"{type(module).__name__} has no eager_attention_forward to fall back on")
-    return fn
-
-
 class DefaultAttention:
     """sdpa, or the model's eager attention where it does not support sdpa (Gemma2)."""
 
@@ -51,7 +43,7 @@ class DefaultAttention:
         attention_mask: torch.Tensor | None,
         kwargs: dict[str, Any],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        fn = sdpa_attention_forward if ctx.capabilities.attention_backend == "sdpa" else _eager_forward(module)
+        fn = sdpa_attention_forward if ctx.capabilities.attention_backend == "sdpa" else eager_forward_of(module)
         return fn(module, query, key, value, attention_mask, **kwargs)
 
 

@@ -1,0 +1,112 @@
+"""Does the attention hook fire once per attention layer per forward? Checked at ``enable()``.
+
+A model can accept the percache attention implementation and still not route each layer's
+attention through it exactly once: differential attention (DiffLlama) calls the attention
+function twice per layer, a recurrent-depth model (HRM) runs its layers several times per
+forward, and GIT's text decoder never calls it. Splicing chunks at new positions relies on one
+call per layer (the splice masks), so for a family the profile table does not know, the engine
+runs one probe forward of four tokens; if the calls are not one per attention layer, it puts the
+model back on its own attention and reports why (``capabilities.reasons["attention_hook"]``):
+exact reuse still works through a plain cache, shifted reuse is not applicable. A probe forward
+that fails outright (a family whose cache needs layers of its own kind, such as the indexer
+caches of DeepSeek-V3.2-style sparse attention) refuses the model with
+:class:`~percache_plugin.attention.kinds.UnsupportedModelError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, cast
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from .backend import AttentionSwitch, uninstall
+from .kinds import UnsupportedModelError
+from .profile import text_config
+
+__all__ = ["HookProbe", "attention_layers", "eager_forward_of"]
+
+
+def eager_forward_of(module: nn.Module) -> Any:
+    """The model family's own eager attention (it knows softcapping and its mask layout)."""
+    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if fn is None:
+        raise RuntimeError(f"{type(module).__name__} has no eager_attention_forward to fall back on")
+    return fn
+
+
+def attention_layers(model: nn.Module) -> list[int]:
+    """Layer indices of the model's attention modules (all decoder layers if none say)."""
+    found = {int(cast(Any, m).layer_idx) for m in model.modules()
+             if "Attention" in type(m).__name__ and isinstance(getattr(m, "layer_idx", None), int)}
+    return sorted(found) or list(range(int(text_config(model).num_hidden_layers)))
+
+
+class HookProbe:
+    """Counts attention calls during one probe forward (the engine's relay asks
+    :attr:`recording` first and hands the call to :meth:`attend` while it is)."""
+
+    def __init__(self) -> None:
+        self._calls: list[int] | None = None
+        self._backend = "sdpa"
+
+    @property
+    def recording(self) -> bool:
+        return self._calls is not None
+
+    def attend(self, module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None, kwargs: dict[str, Any]) -> Any:
+        """Record the call and run the backend's plain attention (the output is discarded)."""
+        assert self._calls is not None
+        self._calls.append(int(getattr(module, "layer_idx", -1)))
+        fn = sdpa_attention_forward if self._backend == "sdpa" else eager_forward_of(module)
+        return fn(module, query, key, value, attention_mask, **kwargs)
+
+    def problem(self, model: nn.Module, backend: str) -> str:
+        """Why the hook does not fire once per attention layer in a probe forward ("" if it does)."""
+        vocab = int(cast(Any, model).get_input_embeddings().num_embeddings)
+        device = next(model.parameters()).device
+        ids = torch.tensor([[min(t, vocab - 1) for t in (1, 5, 9, 13)]], device=device)
+        self._calls, self._backend = [], backend
+        try:
+            with torch.inference_mode():
+                model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+            calls = self._calls
+        except Exception as exc:
+            raise UnsupportedModelError(
+                f"percache cannot be enabled on {type(model).__name__}: a forward with a plain "
+                f"per-token K/V cache (DynamicCache) fails ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}); its cache needs layers of its own kind") from exc
+        finally:
+            self._calls = None
+        expected = attention_layers(model)
+        if backend == "off":
+            return ""
+        if not calls:
+            return ("the attention hook never fired in a probe forward (the model accepted the "
+                    "percache attention but does not call it)")
+        if calls != expected:
+            return (f"the attention hook fired for layers {calls[:16]}{'...' if len(calls) > 16 else ''} "
+                    f"in one forward, not once for each of {expected} (attention called twice per "
+                    "layer, or layers run several times): splice masks cannot apply")
+        return ""
+
+    def verify(self, model: nn.Module, switch: AttentionSwitch) -> AttentionSwitch:
+        """``switch`` if the hook fires once per layer; else the model back on its own attention
+        and an inactive switch saying why.
+
+        :raises UnsupportedModelError: the probe forward fails (the model is left as found)."""
+        try:
+            reason = self.problem(model, switch.backend if switch.active else "off")
+        except UnsupportedModelError:
+            uninstall(model, switch)
+            raise
+        if not reason:
+            return switch
+        off = dataclasses.replace(switch, active=False, reason=reason)
+        uninstall(model, switch)
+        return off
