@@ -300,7 +300,11 @@ class Engine:
             ids = list(prompt)
         else:
             raise TypeError(f"prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
-        blocks = block_prompt(ids, self.config.prefix_block_tokens, self.fingerprint)
+        with self.lock:  # the keys chain the fingerprint of the weights in use now
+            if self._enabled:
+                self.follow_model()
+            blocks = self.hooks.plain_prompt(self.ctx, ids) if self._enabled \
+                else block_prompt(ids, self.config.prefix_block_tokens, self.fingerprint)
         return self.generate(blocks, **generate_kwargs)
 
     def prefill(self, segments: Sequence[str | Segment] | Prompt) -> Prefilled:

@@ -110,6 +110,13 @@ class Hooks:
             raise RuntimeError("no plugin built the prompt (was PromptBuilder unregistered?)")
         return prompt
 
+    def plain_prompt(self, ctx: EngineContext, token_ids: list[int]) -> Prompt:
+        prompt = self._hook.percache_plain_prompt(ctx=ctx, token_ids=token_ids)
+        if prompt is None or prompt.input_ids != token_ids:
+            raise RuntimeError("no plugin cut the plain prompt into pieces over its own ids "
+                               "(was PromptBuilder unregistered?)")
+        return prompt
+
     def plan_reuse(self, ctx: EngineContext, prompt: Prompt) -> ReusePlan:
         from ..kv.planner import ReusePlan
 

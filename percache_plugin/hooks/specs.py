@@ -95,6 +95,23 @@ def percache_build_prompt(ctx: EngineContext, segments: list[Segment]) -> Prompt
 
 
 @hookspec(firstresult=True)
+def percache_plain_prompt(ctx: EngineContext, token_ids: list[int]) -> Prompt | None:
+    """Cut a plain prompt's token ids (``pc.complete``) into prompt pieces. firstresult.
+
+    The default cuts ``ctx.config.prefix_block_tokens``-token blocks chained by hash
+    (:func:`~percache_plugin.kv.blocks.block_prompt`). A plugin that knows an earlier prompt
+    sharing an exact token prefix stored in other pieces (the chunk path, another block size)
+    returns :func:`~percache_plugin.segments.chain_pieces` cut at that prompt's piece ends, so
+    the keys match what is stored (e.g. :class:`~percache_plugin.plugins.embedding_search.EmbeddingSearch`).
+
+    :param ctx: the engine context.
+    :param token_ids: the prompt's ids (not empty).
+    :return: a :class:`~percache_plugin.segments.Prompt` over exactly ``token_ids``, or None to
+        defer to the next plugin.
+    """
+
+
+@hookspec(firstresult=True)
 def percache_plan_reuse(ctx: EngineContext, prompt: Prompt) -> ReusePlan | None:
     """Decide which stored nodes serve the prompt. firstresult.
 

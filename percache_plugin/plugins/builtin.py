@@ -12,6 +12,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from ..attention.hook_probe import eager_forward_of
 from ..attention.profile import PROFILES, ModelProfile
 from ..hooks.specs import hookimpl
+from ..kv.blocks import block_prompt
 from ..kv.eviction import BUILTIN_POLICIES, EvictionPolicy
 from ..kv.planner import ReusePlan, longest_cached_prefix, plan_shifted
 from ..kv.recompute import STRATEGIES, RecomputeContext, RecomputeStrategy, parse_strategy
@@ -54,6 +55,10 @@ class PromptBuilder:
     def percache_build_prompt(self, ctx: EngineContext, segments: list[Segment]) -> Prompt:
         return build_prompt(segments, ctx.tokenizer, fingerprint=ctx.fingerprint,
                             use_template=ctx.use_template, separator=ctx.config.chunk_separator)
+
+    @hookimpl(trylast=True)
+    def percache_plain_prompt(self, ctx: EngineContext, token_ids: list[int]) -> Prompt:
+        return block_prompt(token_ids, ctx.config.prefix_block_tokens, ctx.fingerprint)
 
 
 class ExactPrefixPlanner:

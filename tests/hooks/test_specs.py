@@ -65,6 +65,7 @@ def test_every_hook_is_exercised(tmp_path: Path) -> None:
     pc.generate(SEGMENTS, max_new_tokens=2)  # miss: store
     pc.generate(SEGMENTS, max_new_tokens=2)  # hit: plan + load
     pc.generate([SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[-1]], max_new_tokens=2)  # shifted
+    pc.complete("A plain prompt.", max_new_tokens=2)  # plain_prompt
     report = pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."])  # documents_added
     pc.ask("When is the rehearsal?", max_new_tokens=2)  # retrieve, qa_lookup (miss), qa_store
     assert pc.hooks.resolve_chunks(pc.assistant.ctx, [c.id for c in report.new_chunks])
