@@ -45,7 +45,7 @@ from .decode.chunked import StopCheck, interrupt_check, prefill_rest
 from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
-from .kv.blocks import block_prompt
+from .kv.blocks import block_prompt, plain_ids
 from .kv.cache import empty_cache
 from .kv.eviction import EvictionPolicy
 from .kv.recompute import RecomputeStrategy, parse_strategy
@@ -294,12 +294,7 @@ class Engine:
         """Generate from a plain prompt (text, tokenized with the tokenizer's special tokens and
         no chat template; or token ids), reusing the longest stored run of its
         ``Config.prefix_block_tokens``-token blocks that any earlier plain prompt computed."""
-        if isinstance(prompt, str):
-            ids = list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
-        elif isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            ids = list(prompt)
-        else:
-            raise TypeError(f"prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
+        ids = plain_ids(self.tokenizer, prompt)
         with self.lock:  # the keys chain the fingerprint of the weights in use now
             if self._enabled:
                 self.follow_model()

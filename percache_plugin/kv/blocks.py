@@ -11,10 +11,11 @@ stored and evicted like any chunk node of the K/V store (atomic files, fingerpri
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..segments import Prompt, Segment, SegmentError, chain_pieces
 
-__all__ = ["block_prompt"]
+__all__ = ["block_prompt", "plain_ids"]
 
 _BLOCK = Segment("", "chunk")
 _TAIL = Segment("", "query")
@@ -31,3 +32,15 @@ def block_prompt(ids: Sequence[int], block: int, fingerprint: str) -> Prompt:
     parts = [ids[i * block:(i + 1) * block] for i in range(n_full)]
     parts.append(ids[n_full * block:])
     return chain_pieces([_BLOCK] * n_full + [_TAIL], parts, fingerprint=fingerprint)
+
+
+def plain_ids(tokenizer: Any, prompt: str | Sequence[int]) -> list[int]:
+    """A plain prompt's ids: text tokenized with the tokenizer's special tokens and no chat
+    template, or token ids as given.
+
+    :raises TypeError: neither a str nor a sequence of ints."""
+    if isinstance(prompt, str):
+        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    if isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return [int(t) for t in prompt]
+    raise TypeError(f"prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
