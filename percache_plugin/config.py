@@ -290,6 +290,11 @@ class Config:
     memory_in_ask: bool = _help(
         "ask() retrieves memory facts of its scope beside the document chunks.", True)
     memory_k: int = _help("Most facts recalled per chat turn or ask().", 3)
+    memory_extraction: Literal["off", "raw", "model", "both"] = _help(
+        "What idle time makes of chat turns (queued after each turn, into chat's memory_scope): "
+        "'raw' stores each turn as a memory item, 'model' extracts facts with the memory_facts "
+        "prompt template, 'both' does both; 'off' queues nothing (docs/memory.md).", "off")
+    memory_extract_tokens: int = _help("Tokens decoded per extraction call.", 96)
     memory_threshold: float = _help(
         "Least cosine similarity between the message and a fact for the fact to be recalled.", 0.35)
 
@@ -345,7 +350,7 @@ class Config:
             raise ConfigError(f"knowledge_rounds must be an int >= 0, got {self.knowledge_rounds!r}")
         for name in ("chunk_words", "top_k", "prediction_stride", "abstract_max_chunks",
                      "abstract_batch_chunks", "abstract_max_words", "background_max_new_tokens",
-                     "memory_k", "background_prefill_chunk"):
+                     "memory_k", "background_prefill_chunk", "memory_extract_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")
@@ -363,6 +368,9 @@ class Config:
         if self.qa_byte_limit is not None and (
                 not isinstance(self.qa_byte_limit, int) or self.qa_byte_limit <= 0):
             raise ConfigError(f"qa_byte_limit must be a positive int or None, got {self.qa_byte_limit!r}")
+        if self.memory_extraction not in ("off", "raw", "model", "both"):
+            raise ConfigError("memory_extraction must be 'off', 'raw', 'model' or 'both', got "
+                              f"{self.memory_extraction!r}")
         if not -1.0 <= float(self.memory_threshold) <= 1.0:
             raise ConfigError(f"memory_threshold must be in [-1, 1], got {self.memory_threshold!r}")
         self._check_session()

@@ -22,8 +22,8 @@ from .hooks.manager import Hooks
 from .idle import IdleQueue, IdleReport
 from .kv.store import KVStore
 from .memory.api import Memory
+from .memory.plugin import MEMORY_PLUGIN, MemoryPlugin
 from .personas import Personas
-from .plugins.memory import MEMORY_PLUGIN, MemoryPlugin
 from .predict.state import PredictionState
 from .rag.embeddings import Embedder
 from .rag.knowledge import AddReport, KnowledgeBank
@@ -53,7 +53,7 @@ class PerCache:
         self.assistant = Assistant(self.engine)
         self.sessions = Sessions(self.engine, self.engine.ctx.use_template)
         self.memory = Memory(self.assistant.ctx, self._memory_plugin, self.engine.tokenizer)
-        self.sessions.recall = self._recall
+        self.sessions.recall = self.memory.recall
         if config.debug_log:
             ensure_handler()
 
@@ -187,6 +187,9 @@ class PerCache:
         message (``pc.memory``, with the threshold and guard of ``memory.recall.select``) are put before
         the message in this turn; ``reply.stats.fact_ids`` names them.
 
+        With ``Config.memory_extraction`` on, the turn is queued for extraction into
+        ``memory_scope`` in idle time.
+
         ``persona`` (a name from :attr:`personas`) runs the turn with that persona's system
         prompt as the session's and its peft adapter applied (the base model for a persona
         without one); the model's adapter state is restored after the turn. The head K/V is
@@ -198,20 +201,15 @@ class PerCache:
         :raises UnknownPersona: no persona ``persona``.
         :raises MessageTooLong: the message and ``max_new_tokens`` exceed ``session_kv_tokens``
             or the model's context."""
-        return self.sessions.chat(message, session, memory_scope=memory_scope, persona=persona,
-                                  **generate_kwargs)
+        reply = self.sessions.chat(message, session, memory_scope=memory_scope, persona=persona,
+                                   **generate_kwargs)
+        self.memory.after_turn(session, message, reply, memory_scope)
+        return reply
 
     @property
     def personas(self) -> Personas:
         """``add(name, system_prompt, adapter=None)`` (a peft LoRA directory), get, list, remove."""
         return self.sessions.personas
-
-    def _recall(self, message: str, scope: str | None) -> list[tuple[str, str]]:
-        plugin = self._memory_plugin()
-        if plugin is None or len(plugin.bank(self.assistant.ctx)) == 0:
-            return []
-        hits = plugin.recall(self.assistant.ctx, self.assistant.query(message), scope)
-        return [(h.fact.id, h.fact.text) for h in hits]
 
     @property
     def turn_log(self) -> TurnLog:

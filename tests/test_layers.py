@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hooks",),
     ("reuse", "request", "plugins", "buffer.plugin"),
     ("engine",),
-    ("assistant", "session", "memory.api", "personas"),
+    ("assistant", "session", "memory.api", "memory.plugin", "memory.idle", "personas"),
     ("handle",),
     ("", "cli", "cli_errors", "admin", "memory.cli", "demo", "bench", "conformance", "bundled", "plugin_list"),
 )

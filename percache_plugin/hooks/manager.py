@@ -50,7 +50,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:BuiltinEviction",
     "percache_plugin.plugins.banks:KnowledgeRetrieval",
     "percache_plugin.plugins.banks:QABankPlugin",
-    "percache_plugin.plugins.memory:MemoryPlugin",
+    "percache_plugin.memory.plugin:MemoryPlugin",
     "percache_plugin.plugins.builtin:BuiltinProfiles",
     "percache_plugin.plugins.builtin:RequestLog",
     "percache_plugin.plugins.session:OldestTurnsFirst",

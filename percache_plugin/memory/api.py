@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..hooks.contexts import AssistantContext
-from ..plugins.memory import MemoryPlugin
 from .bank import AddResult, FactHit, MemoryBank
 from .forget import ForgetReport, drop_kv, forget_everywhere
+from .idle import ExtractionStats, queue_turns
+from .plugin import MemoryPlugin
 from .rows import Fact, HistoryEvent
 
 __all__ = ["ForgetReport", "Memory"]
@@ -33,11 +34,33 @@ class Memory:
         self._tokenizer = tokenizer
 
     @property
+    def extraction(self) -> ExtractionStats:
+        """Counters of idle-time extraction (facts stored, duplicates, malformed lines, ...)."""
+        plugin = self._plugin()
+        return plugin.extraction if plugin is not None else ExtractionStats()
+
+    @property
     def bank(self) -> MemoryBank:
         plugin = self._plugin()
         if plugin is None:
             raise LookupError("the built-in memory plugin is not registered")
         return plugin.bank(self._ctx)
+
+    def recall(self, message: str, scope: str | None) -> builtins.list[tuple[str, str]]:
+        """``(fact id, text)`` of the facts of ``scope`` to recall for a chat message (empty
+        memory: nothing is embedded)."""
+        plugin = self._plugin()
+        if plugin is None or len(plugin.bank(self._ctx)) == 0:
+            return []
+        return [(h.fact.id, h.fact.text) for h in plugin.recall(self._ctx, self._ctx.query(message), scope)]
+
+    def after_turn(self, session: str, message: str, reply: Any, scope: str | None) -> None:
+        """Queue the chat turn for extraction into ``scope`` (``Config.memory_extraction``)."""
+        config = self._ctx.config
+        if config.memory_extraction != "off":
+            turn = f"User: {message}\nAssistant: {reply.text.strip()}"
+            queue_turns(self._ctx.idle_queue, session, [(reply.turn_id, turn)], scope,
+                        delay_s=config.prediction_quiet_s)
 
     def add(self, text: str, scope: str | None = None,
             metadata: Mapping[str, str] | None = None) -> AddResult:

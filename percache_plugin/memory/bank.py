@@ -23,7 +23,7 @@ import builtins
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -102,6 +102,7 @@ class MemoryBank:
         self._lock = threading.RLock()
         self._index = HybridIndex(embedder.dim)
         self._generation = -1
+        self._pending: builtins.list[tuple[Fact, np.ndarray]] = []  # added in the open transaction
 
     def close(self) -> None:
         self._rows.close()
@@ -125,30 +126,57 @@ class MemoryBank:
     def add(self, text: str, scope: str | None = None,
             metadata: Mapping[str, str] | None = None) -> AddResult:
         """Store a fact (see the module docstring for duplicates and conflicts)."""
-        norm, meta, scope = _checked(text, scope, metadata)
-        vector = self._embed(text)
+        return self.add_many([(text, scope, metadata)])[0]
+
+    def add_many(self, items: Sequence[tuple[str, str | None, Mapping[str, str] | None]]
+                 ) -> builtins.list[AddResult]:
+        """Store several facts in one transaction: all of them or, on any error or a crash,
+        none (a fact is never stored in part)."""
+        checked = [_checked(text, scope, metadata) for text, scope, metadata in items]
+        if not checked:
+            return []
+        vectors = np.asarray(self.embedder.embed([text for text, _, _ in items]), dtype=np.float32)
+        with self._lock:
+            self._pending = []
+            try:
+                with self._rows.tx():
+                    self._sync()
+                    return [self._add(text, norm, meta, scope, vector)
+                            for (text, _, _), (norm, meta, scope), vector
+                            in zip(items, checked, vectors, strict=True)]
+            finally:
+                self._pending = []
+
+    def _add(self, text: str, norm: str, meta: dict[str, str], scope: str | None,
+             vector: np.ndarray) -> AddResult:
+        same = self._rows.with_norm(scope, norm) or self._near(vector, scope)
+        if same is not None:
+            self._rows.log(same.id, "readded", text, meta)
+            status = "duplicate" if normalize(same.text) == norm else "near_duplicate"
+            return AddResult(same, status)
+        now = time.time()
         subject = subject_key(meta.get("subject"))
-        with self._lock, self._rows.tx():
-            self._sync()
-            same = self._rows.with_norm(scope, norm) or self._near(vector, scope)
-            if same is not None:
-                self._rows.log(same.id, "readded", text, meta)
-                status = "duplicate" if normalize(same.text) == norm else "near_duplicate"
-                return AddResult(same, status)
-            now = time.time()
-            fact = Fact("m" + uuid.uuid4().hex[:16], text, scope, meta, now, now, subject=subject)
-            old = [f.id for f in self._rows.with_subject(scope, subject)] if subject else []
-            self._rows.insert(fact, norm, vector)
-            self._rows.supersede(old, fact.id)
+        fact = Fact("m" + uuid.uuid4().hex[:16], text, scope, meta, now, now, subject=subject)
+        old = [f.id for f in self._rows.with_subject(scope, subject)] if subject else []
+        self._rows.insert(fact, norm, vector)
+        self._rows.supersede(old, fact.id)
+        self._pending.append((fact, vector))
         return AddResult(fact, "added", tuple(old))
 
     def _near(self, vector: np.ndarray, scope: str | None) -> Fact | None:
+        """An active fact of ``scope`` within ``near_duplicate`` cosine (indexed, or added
+        earlier in this transaction)."""
         ids = [c.id for c in self._index.chunks() if c.scope == scope]
+        rows = [self._index.vectors(ids)] if ids else []
+        pending = [(f, v) for f, v in self._pending if f.scope == scope]
+        ids += [f.id for f, _ in pending]
+        rows += [np.stack([v for _, v in pending])] if pending else []
         if not ids:
             return None
-        sims = self._index.vectors(ids) @ vector
+        sims = np.concatenate(rows) @ vector
         best = int(np.argmax(sims))
-        return self._rows.get(ids[best]) if sims[best] >= self.near_duplicate else None
+        found = self._rows.get(ids[best]) if sims[best] >= self.near_duplicate else None
+        return found if found is not None and found.status == "active" else None
 
     def search(self, query: str, scope: str | None = None, k: int = 5, *,
                embedding: np.ndarray | None = None) -> builtins.list[FactHit]:

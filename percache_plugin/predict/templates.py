@@ -7,7 +7,7 @@ from pathlib import Path
 
 __all__ = ["TEMPLATE_NAMES", "load_template"]
 
-TEMPLATE_NAMES = ("abstract", "knowledge_questions", "history_questions")
+TEMPLATE_NAMES = ("abstract", "knowledge_questions", "history_questions", "memory_facts")
 
 
 def load_template(name: str, override_dir: Path | str | None = None) -> str:

@@ -1,5 +1,6 @@
 """The built-in memory plugin: owns the :class:`~percache_plugin.memory.bank.MemoryBank` (in the
-store's SQLite file) and puts facts beside document chunks in ``ask()``.
+store's SQLite file), puts facts beside document chunks in ``ask()`` and registers the
+``memory_extract`` idle task kind (:mod:`.idle`).
 
 ``percache_retrieve`` is wrapped: the chunks the retrieval plugins found come first, then the
 facts of the question's scope that pass the recall guard (``Config.memory_in_ask``,
@@ -9,23 +10,24 @@ on, so forgetting a fact drops the answer (``percache_sources_forgotten``).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..hooks.specs import hookimpl
 from ..kv.store import DB_NAME
-from ..memory.bank import MemoryBank, fact_chunk
-from ..memory.recall import RecallGuard, select
+from .bank import MemoryBank, fact_chunk
+from .idle import EXTRACT_KIND, ExtractionStats, extraction_runner
+from .recall import RecallGuard, select
 
 if TYPE_CHECKING:
     from ..core.query import Query
     from ..hooks.contexts import AssistantContext
-    from ..memory.bank import FactHit
     from ..rag.chunking import Chunk
+    from .bank import FactHit
 
 __all__ = ["MEMORY_PLUGIN", "MemoryPlugin"]
 
-MEMORY_PLUGIN = "percache_plugin.plugins.memory:MemoryPlugin"
+MEMORY_PLUGIN = "percache_plugin.memory.plugin:MemoryPlugin"
 
 
 class MemoryPlugin:
@@ -33,6 +35,7 @@ class MemoryPlugin:
 
     def __init__(self) -> None:
         self._bank: MemoryBank | None = None
+        self.extraction = ExtractionStats()
 
     def bank(self, ctx: AssistantContext) -> MemoryBank:
         """The memory bank (opened on first use, in the K/V store's SQLite file)."""
@@ -68,6 +71,10 @@ class MemoryPlugin:
                 return None
             facts.append(fact_chunk(fact))
         return facts
+
+    @hookimpl
+    def percache_register_idle_tasks(self, register: Callable[[str, Any], None]) -> None:
+        register(EXTRACT_KIND, extraction_runner(lambda c: self.bank(c.ctx), self.extraction))
 
     @hookimpl(trylast=True)
     def percache_close(self, ctx: AssistantContext) -> None:

@@ -1,0 +1,119 @@
+"""Extraction in idle time: the ``memory_extract`` idle task kind turns conversation turns into
+facts (``Config.memory_extraction``).
+
+A task carries the turns it covers (``{"session", "turns": [[turn id, text], ...]}`` as its
+question) and the memory scope. ``"model"`` asks the model with the ``memory_facts`` prompt
+template and keeps the valid lines (:func:`.extract.parse_facts`; malformed ones are counted
+and dropped); ``"raw"`` stores each turn itself as a memory item, the fallback that needs no
+extraction; ``"both"`` does both. Every fact gets ``metadata["source"]``: the
+``session:turn`` ids it came from.
+
+Atomicity: the model runs first (a foreground request preempts it within one decode step:
+``Preempted`` leaves the task queued and nothing stored); then every fact of the task is
+written in one transaction (:meth:`MemoryBank.add_many`), so a crash stores all of them or
+none. The task leaves the queue after that commit; a crash in between runs it again, and the
+second run finds the same facts as duplicates (greedy decoding repeats its output).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..idle import IdleQueue, IdleReport, IdleTask
+from ..predict.templates import load_template
+from ..segments import Segment
+from .bank import MemoryBank
+from .extract import parse_facts, raw_turn_fact
+
+if TYPE_CHECKING:
+    from ..assistant.idle_context import IdleContext
+
+__all__ = ["EXTRACT_KIND", "ExtractionStats", "queue_turns", "run_extraction"]
+
+EXTRACT_KIND = "memory_extract"
+_SYSTEM = "You extract facts from conversations."
+
+
+@dataclass
+class ExtractionStats:
+    """Extraction counters of one handle: turns read, model calls, facts stored (new),
+    duplicates found, older facts superseded, malformed output lines dropped, tasks whose
+    payload was unreadable, raw turns stored, and seconds spent (for facts per minute)."""
+
+    turns: int = 0
+    model_calls: int = 0
+    facts_added: int = 0
+    duplicates: int = 0
+    superseded: int = 0
+    malformed: int = 0
+    bad_tasks: int = 0
+    raw_items: int = 0
+    seconds: float = 0.0
+
+
+def queue_turns(queue: IdleQueue, session: str, turns: Sequence[tuple[int | str, str]],
+                scope: str | None, *, delay_s: float = 0.0) -> bool:
+    """Queue the extraction of ``turns`` (``(turn id, text)`` pairs, extracted together) of
+    ``session`` into the memory scope ``scope``."""
+    payload = json.dumps({"session": session, "turns": [[t, x] for t, x in turns]}, sort_keys=True)
+    return queue.push(EXTRACT_KIND, payload, scope, delay_s=delay_s)
+
+
+def _turns(task: IdleTask) -> tuple[str, list[tuple[str, str]]] | None:
+    try:
+        data = json.loads(task.question)
+        turns = [(str(t), x) for t, x in data["turns"]]
+        session = data["session"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(session, str) or not turns or not all(isinstance(x, str) for _, x in turns):
+        return None
+    return session, turns
+
+
+def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: MemoryBank,
+                   stats: ExtractionStats, mode: str) -> None:
+    """Run one ``memory_extract`` task (see the module docstring)."""
+    t0 = time.perf_counter()
+    parsed = _turns(task)
+    if parsed is None:
+        stats.bad_tasks += 1
+        return
+    session, turns = parsed
+    items: list[tuple[str, str | None, dict[str, str]]] = []
+    sources = ",".join(f"{session}:{t}" for t, _ in turns)
+    if mode in ("model", "both"):
+        instruction = load_template("memory_facts", c.ctx.config.prompt_dir)
+        text = "\n".join(x for _, x in turns)
+        gen = c.generate([Segment(_SYSTEM, "system"), Segment(f"{text}\n\n{instruction}", "query")],
+                         max_new_tokens=c.ctx.config.memory_extract_tokens, do_sample=False)
+        stats.model_calls += 1
+        report.prefill_tokens += gen.stats.tokens_computed
+        report.decode_tokens += gen.stats.new_tokens
+        found = parse_facts(gen.text)
+        stats.malformed += found.malformed
+        items += [(f.text, task.scope, {**f.metadata, "source": sources}) for f in found.facts]
+    if mode in ("raw", "both"):
+        for turn_id, text in turns:
+            raw = raw_turn_fact(text)
+            if raw is not None:
+                items.append((raw.text, task.scope, {**raw.metadata, "source": f"{session}:{turn_id}"}))
+    results = bank.add_many(items)
+    stats.turns += len(turns)
+    stats.facts_added += sum(r.status == "added" for r in results)
+    stats.raw_items += sum(r.status == "added" and r.fact.metadata.get("kind") == "raw" for r in results)
+    stats.duplicates += sum(r.status != "added" for r in results)
+    stats.superseded += sum(len(r.superseded) for r in results)
+    stats.seconds += time.perf_counter() - t0
+
+
+def extraction_runner(bank: Callable[[IdleContext], MemoryBank], stats: ExtractionStats
+                      ) -> Callable[[IdleContext, IdleTask, IdleReport], None]:
+    """The runner registered for :data:`EXTRACT_KIND` (``bank(ctx)`` opens the memory)."""
+    def run(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
+        run_extraction(c, task, report, bank(c), stats, c.ctx.config.memory_extraction)
+    return run

@@ -1,0 +1,159 @@
+"""Extraction in idle time: raw turns and model output into facts, de-duplicated, preempted by
+a foreground request, and never half-written by a kill -9."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import percache_plugin as percache
+from percache_plugin.idle import IdleReport, IdleTask
+from percache_plugin.memory.bank import MemoryBank
+from percache_plugin.memory.idle import ExtractionStats, queue_turns, run_extraction
+from percache_plugin.rag.embeddings import HashEmbedder
+from percache_plugin.stats import GenerationStats
+from tests.helpers import tiny_pair
+
+
+def test_chat_turns_become_raw_memory_items_in_idle_time() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", predict="off", memory_extraction="raw",
+                         prediction_quiet_s=0.0)
+    reply = pc.chat("I moved to Porto last week with my cat", memory_scope="ana", max_new_tokens=3)
+    assert [t.kind for t in pc.idle_queue.pending()] == ["memory_extract"]
+    assert pc.memory.list("ana") == []  # nothing before idle time
+    pc.idle()
+    (fact,) = pc.memory.list("ana")
+    assert fact.text.startswith("User: I moved to Porto last week with my cat")
+    assert fact.metadata["source"] == f"default:{reply.turn_id}" and fact.metadata["kind"] == "raw"
+    assert pc.memory.extraction.raw_items == 1 and pc.memory.extraction.turns == 1
+    # The same turn extracted again is a duplicate: stored once, not deleted.
+    queue_turns(pc.idle_queue, "default", [(reply.turn_id, fact.text)], "ana")
+    pc.idle()
+    assert [f.id for f in pc.memory.list("ana")] == [fact.id]
+    assert pc.memory.extraction.duplicates == 1
+    pc.disable()
+
+
+class _Ctx(SimpleNamespace):
+    """What run_extraction reads of an IdleContext, with a fixed model output."""
+
+    def __init__(self, output: str) -> None:
+        super().__init__(ctx=SimpleNamespace(config=percache.Config(embedder="hash")))
+        self.output = output
+        self.prompts: list[Any] = []
+
+    def generate(self, segments: Any, **kw: Any) -> Any:
+        self.prompts.append(segments)
+        return SimpleNamespace(text=self.output, stats=GenerationStats(tokens_computed=5, new_tokens=7))
+
+
+def test_model_output_validated_deduplicated_and_superseding() -> None:
+    bank = MemoryBank(None, HashEmbedder())
+    stats = ExtractionStats()
+    out = ('{"summary": "Ana lives in Lisbon near the river", "participants": "Ana", "item": "home"}\n'
+           '{"summary": "Ana lives in Lisbon near the river"}\n'
+           'Ana is nice.\n')
+    task = IdleTask(1, "memory_extract", '{"session": "s", "turns": [[1, "Ana: I live in Lisbon."]]}', "ana", 0)
+    c = _Ctx(out)
+    run_extraction(c, task, IdleReport(), bank, stats, "model")  # type: ignore[arg-type]
+    assert "Ana: I live in Lisbon." in c.prompts[0][-1].text
+    assert stats.malformed == 1 and stats.facts_added == 1 and stats.duplicates == 1
+    (old,) = bank.list("ana")
+    assert old.metadata["source"] == "s:1" and old.subject == "ana home"
+    c.output = '{"summary": "Ana moved from Lisbon to Porto", "participants": "Ana", "item": "home"}'
+    task2 = IdleTask(2, "memory_extract", '{"session": "s", "turns": [[7, "Ana: We moved to Porto!"]]}', "ana", 0)
+    run_extraction(c, task2, IdleReport(), bank, stats, "both")  # type: ignore[arg-type]
+    assert stats.superseded == 1 and stats.raw_items == 1
+    assert bank.get(old.id).status == "superseded"
+    texts = {f.text for f in bank.list("ana")}
+    assert texts == {"Ana moved from Lisbon to Porto", "Ana: We moved to Porto!"}
+    bad = IdleTask(3, "memory_extract", "not json", "ana", 0)
+    run_extraction(c, bad, IdleReport(), bank, stats, "model")  # type: ignore[arg-type]
+    assert stats.bad_tasks == 1
+
+
+def test_foreground_preempts_extraction_within_a_decode_step() -> None:
+    model, tok = tiny_pair("llama", num_hidden_layers=4)
+    pc = percache.enable(model, tok, embedder="hash", predict="off", memory_extraction="model",
+                         memory_extract_tokens=4000)
+    steps: list[float] = []
+    started: list[float] = []
+    decoding = threading.Event()
+
+    class Watch:
+        @percache.hookimpl(wrapper=True)
+        def percache_attention(self, ctx, module, query, key, value, attention_mask, kwargs):  # type: ignore[no-untyped-def]
+            background = threading.current_thread().name == "percache-idle"
+            if query.shape[2] == 1 and background and module.layer_idx == 0:
+                steps.append(time.perf_counter())
+                if len(steps) > 3:
+                    decoding.set()
+            if not background:
+                started.append(time.perf_counter())  # the foreground's first forward
+            return (yield)
+
+    pc.plugins.register(Watch())
+    queue_turns(pc.idle_queue, "s", [(1, "Ana: I adopted a cat named Miso in May.")], "ana")
+    worker = pc.start_idle_worker(poll_s=0.01)
+    assert decoding.wait(60), "extraction never started decoding"
+    t0 = time.perf_counter()
+    try:
+        pc.chat("Hello", max_new_tokens=2)
+    finally:
+        pc.stop_idle_worker()
+    waited = started[0] - t0
+    step = max(b - a for a, b in zip(steps, steps[1:], strict=False))
+    assert waited <= step + 0.05, (waited, step)
+    deadline = time.monotonic() + 10
+    while worker.report.preempted == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.report.preempted >= 1
+    # The preempted task is still queued (beside the chat turn's own) and stored nothing.
+    assert any("Miso" in t.question for t in pc.idle_queue.pending())
+    assert pc.memory.list("ana") == []
+    pc.disable()
+
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import percache_plugin as percache
+    from percache_plugin.memory import rows
+    from percache_plugin.memory.idle import queue_turns
+    from tests.helpers import tiny_pair
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=sys.argv[1], embedder="hash", predict="off",
+                         memory_extraction="raw")
+    queue_turns(pc.idle_queue, "s", [(1, "Ana adopted a cat named Miso"),
+                                     (2, "Ben plays the cello on Sundays")], "ana")
+    insert = rows.FactRows.insert
+    def insert_then_die(self, *args, **kwargs):
+        insert(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)  # after the first fact, inside the transaction
+    rows.FactRows.insert = insert_then_die
+    pc.idle()
+""")
+
+
+def test_kill_9_during_extraction_leaves_no_half_written_fact(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(store)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=store, embedder="hash", predict="off",
+                         memory_extraction="raw")
+    assert pc.memory.list("ana") == []  # the first fact's insert was rolled back
+    assert [t.kind for t in pc.idle_queue.pending()] == ["memory_extract"]
+    pc.idle()
+    assert sorted(f.text for f in pc.memory.list("ana")) == [
+        "Ana adopted a cat named Miso", "Ben plays the cello on Sundays"]
+    pc.disable()
