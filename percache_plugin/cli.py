@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "an OpenAI-compatible local server (chat page at /) over percache; needs [server]"),
     "store": ("percache_plugin.admin.cli",
               "look into a store and manage it: info, list, remove, purge, clear"),
-    "memory": ("percache_plugin.memory.cli", "the memory facts of a store: list, search, forget"),
+    "memory": ("percache_plugin.memory.cli", "the memory of a store: list, search, forget facts; export the chat turn log"),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "ttft": ("percache_plugin.bench.ttft", "time to first token: plain vs disk store cold/warm vs RAM tier vs in-memory ceiling (SmolLM2)"),

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("assistant", "session", "memory.api", "memory.plugin", "memory.idle", "personas"),
     ("handle",),
-    ("", "cli", "cli_errors", "admin", "memory.cli", "demo", "bench", "conformance", "bundled", "plugin_list"),
+    ("", "cli", "cli_errors", "admin", "memory.cli", "turnlog.cli", "demo", "bench", "conformance", "bundled", "plugin_list"),
 )
 HANDLE_LAYER = 7
 

@@ -1,4 +1,5 @@
-"""``percache memory list|search|forget STORE``: the facts of a store, without a model.
+"""``percache memory list|search|forget|export STORE``: the facts and turn log of a store,
+without a model.
 
 Each action is one entry of :data:`ACTIONS` (``name -> (help, run)``), so another action
 joins the group by adding an entry. ``search`` loads the embedder the memory was built with;
@@ -20,6 +21,7 @@ from ..cli_errors import UsageError
 from ..kv.store import DB_NAME
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.qa_bank import QABank
+from ..turnlog.cli import add_export_arguments, export
 from .bank import MemoryBank, UnknownFact
 from .forget import forget_everywhere
 from .rows import Fact, FactRows
@@ -119,18 +121,29 @@ ACTIONS: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {
     "list": ("the facts of every scope (or --scope), --all with superseded ones", _list),
     "search": ("the facts of --scope most similar to QUERY", _search),
     "forget": ("remove fact FACT_ID everywhere (rows, history, K/V, stored answers)", _forget),
+    "export": ("the chat turn log as JSONL for fine-tuning (--out FILE, --format sft|preference)", export),
 }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=sorted(ACTIONS),
                    help="; ".join(f"{name}: {text}" for name, (text, _) in ACTIONS.items()))
-    p.add_argument("store", type=Path, help="the store directory (as given to enable(store=...))")
+    p.add_argument("store", type=Path, nargs="?", default=None,
+                   help="the store directory (as given to enable(store=...)); or --store DIR")
+    p.add_argument("--store", dest="store_option", type=Path, default=None, metavar="DIR",
+                   help="the store directory, as an option")
     p.add_argument("query", nargs="?", default=None, help="search: the query; forget: the fact id")
     p.add_argument("--scope", default=None, help="the scope (default: the unscoped memory; list: every scope)")
     p.add_argument("-k", type=int, default=5, help="search: how many facts")
     p.add_argument("--all", action="store_true", help="list: include superseded facts")
+    add_export_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.store is not None and args.store_option is not None and args.store != args.store_option:
+        raise UsageError(f"two stores given: {str(args.store)!r} and --store {str(args.store_option)!r}")
+    args.store = args.store if args.store is not None else args.store_option
+    if args.store is None:
+        raise UsageError(f"'memory {args.action}' needs a store directory",
+                         f"e.g. percache memory {args.action} --store DIR")
     return ACTIONS[args.action][1](args)
