@@ -42,6 +42,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "buffer": ("percache_plugin.bench.buffer", "buffer-cache policies: hit ratio vs cache size on K/V, chat and offload traces"),
     "chat": ("percache_plugin.bench.chat", "chat sessions on LoCoMo: TTFT, tokens computed, resident K/V per turn"),
     "decode": ("percache_plugin.bench.decode", "decode speed with verified drafts vs plain greedy decoding (SmolLM2, QMSum)"),
+    "serve": ("percache_plugin.bench.serve",
+              "percache serve under 8 concurrent streaming chat clients vs the same server without percache (SmolLM2)"),
     "e2e": ("percache_plugin.bench.e2e", "end-to-end replay of QMSum users: methods, latency, hit rates, quality"),
 }
 

@@ -64,11 +64,10 @@ class Outcome:
         }
 
 
-def key_root(pc: Any, scope: str | None) -> str:
-    """The root of the prefix-block key chain: the weights' fingerprint, and the scope if any
-    (unscoped requests share blocks with ``pc.complete``)."""
-    fp = str(pc.fingerprint)
-    return fp if scope is None else f"{fp}\x00scope:{scope}"
+def key_root(pc: Any, scope: str) -> str:
+    """The root of a scope's prefix-block key chain: the fingerprint of the weights in use and
+    the scope (unscoped requests go through ``pc.complete`` and share its blocks)."""
+    return f"{pc.fingerprint}\x00scope:{scope}"
 
 
 def _finish(gen: Generation | None, stream: TextStream, max_new: int, eos: set[int]) -> str:
@@ -95,9 +94,12 @@ def run_ids(pc: Any, ids: Sequence[int], scope: str | None, sampling: Sampling, 
         return _cancelled(len(ids), queue_s, arrived)
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
-    prompt = block_prompt(ids, pc.config.prefix_block_tokens, key_root(pc, scope))
-    gen = pc.engine.generate(prompt, max_new_tokens=max_new, stopping_criteria=[stream],
-                             **sampling.generate_kwargs())
+    kwargs = {"max_new_tokens": max_new, "stopping_criteria": [stream], **sampling.generate_kwargs()}
+    if scope is None:  # pc.complete's path: the percache_plain_prompt hook cuts the prompt
+        gen = pc.engine.complete(list(ids), **kwargs)
+    else:  # blocks of this scope only (no plugin may match another scope's prompts)
+        gen = pc.engine.generate(block_prompt(ids, pc.config.prefix_block_tokens, key_root(pc, scope)),
+                                 **kwargs)
     text = stream.close()
     st = gen.stats
     return Outcome(text, _finish(gen, stream, max_new, _eos(pc.model)), len(ids), len(gen.token_ids),

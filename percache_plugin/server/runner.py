@@ -47,6 +47,7 @@ class Runner:
         self._lock = threading.Lock()
         self._waiting = 0
         self.records: deque[JobRecord] = deque(maxlen=history)
+        self.finished = 0  # jobs finished since the start, however they ended
         self.idle_worker = idle_worker
         self.idle_report: Any = None  # the idle worker's report, once closed
         if idle_worker:
@@ -78,6 +79,7 @@ class Runner:
                                               time.perf_counter() - started))
                 with self._lock:
                     self._waiting -= 1
+                    self.finished += 1
 
         try:
             return self._pool.submit(run)
