@@ -26,15 +26,13 @@ from .attention.masks import (
     register_mask_provider,
     release_mask_provider,
 )
-from .attention.profile import ModelProfile, text_config
+from .attention.profile import text_config
 from .attention.rope import NotShiftable, RopeShifter
 from .attention.rope_verify import verified_shifter
 from .attention.splice import SpliceCache
-from .buffer.policies import PolicyFactory
 from .config import Config, ConfigError, check_store_path
 from .core.capabilities import Capabilities
 from .core.preemption import Preempted, Preemption
-from .core.registry import Registry
 from .decode import (
     DraftedDecoding,
     DraftHints,
@@ -45,10 +43,9 @@ from .decode.chunked import StopCheck, interrupt_check, prefill_rest
 from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
+from .hooks.registries import Registries
 from .kv.blocks import block_prompt, plain_ids
 from .kv.cache import empty_cache
-from .kv.eviction import EvictionPolicy
-from .kv.recompute import RecomputeStrategy, parse_strategy
 from .kv.stores import FingerprintStores
 from .request import Finish, Prefilled, check_length, open_request
 from .reuse import ReuseRunner
@@ -83,32 +80,24 @@ class Engine:
         self.hooks = Hooks(self.plugins)
         self.tracker = ModelFingerprint(model, tokenizer)
         self.fingerprint = self.tracker.value
-        self.eviction_policies: Registry[EvictionPolicy] = Registry("eviction policy")
-        self.hooks.register_eviction_policies(self.eviction_policies.register)
-        self.buffer_policies: Registry[PolicyFactory] = Registry("buffer-cache policy")
-        self.hooks.register_buffer_policies(self.buffer_policies.register)
-        self._check_names(config, None)
-        self._stores = FingerprintStores(self._path, self.eviction_policies)
+        self.registries = Registries.fill(self.hooks)
+        self.registries.check(config)
+        self._stores = FingerprintStores(self._path, self.registries.eviction_policies)
         self.store = self._stores.get(self.fingerprint, config)
         use_template = self._template_choice(config)
         self.n_parameters = sum(p.numel() for p in model.parameters())
         self._reuse: ReuseRunner | None = None
-        self.recompute_strategies: Registry[RecomputeStrategy] = Registry("recompute strategy")
-        self.hooks.register_recompute_strategies(self.recompute_strategies.register)
-        self.model_profiles: Registry[ModelProfile] = Registry("model profile")
-        self.hooks.register_model_profiles(self.model_profiles.register)
         rope = self._rope()  # before install: a guessed RoPE layout is probed with a forward
         self._probe = HookProbe()
         self._switch: AttentionSwitch = install(model, self._relay)
-        if text_config(model).model_type not in self.model_profiles:  # an unknown family
+        if text_config(model).model_type not in self.registries.model_profiles:  # an unknown family
             self._switch = self._probe.verify(model, self._switch)
         self._enabled = True
         self._closed = False
-        self._check_recompute(config)
         self.shifter, shift_reason = usable_shifter(self._switch, rope)
         self.ctx = EngineContext(config, self.store, capabilities_of(model, self._switch, self.shifter, shift_reason), self.hooks,
-                                 self.fingerprint, tokenizer, use_template, self.recompute_strategies,
-                                 self.buffer_policies)
+                                 self.fingerprint, tokenizer, use_template,
+                                 self.registries.recompute_strategies, self.registries.buffer_policies)
         self._reuse = ReuseRunner(model, self.ctx, self.shifter)
         register_mask_provider(model, self._mask_function)
 
@@ -164,7 +153,7 @@ class Engine:
     def _rope(self) -> tuple[RopeShifter | None, str]:
         try:
             return verified_shifter(self.model, self.hooks.model_profile(self.model),
-                                    table=self.model_profiles), ""
+                                    table=self.registries.model_profiles), ""
         except NotShiftable as exc:
             return None, exc.reason
 
@@ -211,29 +200,11 @@ class Engine:
                     self.model.set_attn_implementation(self._switch.name)
                 self._enabled = True
 
-    def _check_recompute(self, config: Config) -> None:
-        try:
-            parse_strategy(config.recompute, self.recompute_strategies)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-
-    def _check_names(self, config: Config, changed: set[str] | None) -> None:
-        """ConfigError for a policy name no plugin registered (all, or the ``changed`` fields)."""
-        for field, registry in (("kv_eviction", self.eviction_policies),
-                                ("ram_cache_policy", self.buffer_policies)):
-            if changed is None or field in changed:
-                try:
-                    registry.require(getattr(config, field))
-                except ValueError as exc:
-                    raise ConfigError(f"{field}: {exc}") from None
-
     def check(self, config: Config, changed: set[str]) -> None:
         """Raise :class:`ConfigError` if ``config`` cannot apply to this engine."""
         if "chat_template" in changed:
             self._template_choice(config)
-        if "recompute" in changed:
-            self._check_recompute(config)
-        self._check_names(config, changed)
+        self.registries.check(config, changed)
 
     def configure(self, config: Config, changed: set[str]) -> None:
         """Apply new settings (checked with :meth:`check`); a new K/V byte limit evicts at once,
