@@ -49,10 +49,14 @@ def _arm(name: str, model: Any, tok: Any, args: argparse.Namespace, script: Scri
         with ServerThread(pc, settings) as srv:
             reqs, wall = run_load(srv.host, srv.port, script, args.clients, args.duration)
             served = srv.state.runner.finished
+            service = [r.run_s for r in srv.state.runner.records]
     finally:
         if name == "percache":
             pc.close()
-    return _summary(name, reqs, wall, served)
+    summary = _summary(name, reqs, wall, served)
+    summary.update(service_p50_s=percentile(service, 50), service_p95_s=percentile(service, 95),
+                   service_s=service)
+    return summary
 
 
 def _summary(name: str, reqs: list[Request], wall: float, served: int) -> dict[str, Any]:
@@ -94,9 +98,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"arm {name}: {args.clients} clients for {args.duration:.0f} s ...", flush=True)
         arms[name] = _arm(name, model, tok, args, script)
     rows = [[s["arm"], s["requests"], s["complete"], s["served_by_server"], f"{s['requests_per_s']:.2f}",
+             f"{s['service_p50_s']:.2f}",
              f"{s['latency_p50_s']:.2f}", f"{s['latency_p95_s']:.2f}", f"{s['ttft_p50_s']:.2f}",
              f"{s['ttft_p95_s']:.2f}", f"{s['cached_tokens']}/{s['prompt_tokens']}"] for s in arms.values()]
-    print(markdown_table(["arm", "sent", "complete", "served", "req/s", "latency p50 s", "p95 s",
+    print(markdown_table(["arm", "sent", "complete", "served", "req/s", "service p50 s", "latency p50 s", "p95 s",
                           "TTFT p50 s", "p95 s", "cached/prompt tokens"], rows))
     compare = _compare(arms)
     if compare:

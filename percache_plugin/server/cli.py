@@ -78,3 +78,4 @@ def run(args: argparse.Namespace) -> None:
         serve(pc, settings, args.host, args.port, args.log_level)
     finally:
         pc.close()
+    print("percache serve: stopped", flush=True)

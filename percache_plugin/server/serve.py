@@ -28,10 +28,14 @@ def _config(pc: Any, settings: ServerSettings, host: str, port: int, log_level: 
 
 def serve(pc: Any, settings: ServerSettings, host: str = "127.0.0.1", port: int = 8000,
           log_level: str = "info") -> None:
-    """Serve ``pc`` until interrupted. :raises BindError: a non-loopback ``host`` without a token."""
+    """Serve ``pc`` until interrupted (SIGINT or SIGTERM: requests in flight finish, for at
+    most 5 s). :raises BindError: a non-loopback ``host`` without a token."""
     import uvicorn
 
-    uvicorn.Server(_config(pc, settings, host, port, log_level)).run()
+    try:
+        uvicorn.Server(_config(pc, settings, host, port, log_level)).run()
+    except KeyboardInterrupt:  # Ctrl-C (uvicorn re-raises the signal once it shut down) is how it stops
+        pass
 
 
 def free_port(host: str = "127.0.0.1") -> int:

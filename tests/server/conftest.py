@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,3 +91,16 @@ def events(srv: ServerThread, path: str, body: Any, key: str | None = None) -> l
         return out
     finally:
         conn.close()
+
+
+def wait_for_port(port: int, proc: Any, timeout: float) -> None:
+    """Wait until something listens on the loopback ``port`` (or ``proc`` exits)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited: {proc.stdout.read() if proc.stdout else ''}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
