@@ -21,7 +21,8 @@ def per_turn(results: Mapping[str, Sequence[Any]], field: str, ylabel: str, path
     fig = Figure(figsize=(8, 4.5))
     ax = fig.add_subplot()
     for i, (method, rows) in enumerate(results.items()):
-        ax.plot([r.turn for r in rows], [getattr(r, field) * scale for r in rows],
+        points = [(r.turn, getattr(r, field) * scale) for r in rows if getattr(r, field) is not None]
+        ax.plot([x for x, _ in points], [y for _, y in points],
                 marker=_MARKERS[i % len(_MARKERS)], markersize=3, linewidth=1, label=method)
     if log:
         ax.set_yscale("log")
