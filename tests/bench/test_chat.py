@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from percache_plugin.bench.chat import METHODS, conversation, locomo_messages, sampled_turns, shared_copy
+from percache_plugin.bench.chat import (
+    METHODS,
+    conversation,
+    locomo_messages,
+    sampled_turns,
+    shared_copy,
+)
 from percache_plugin.bench.chat_summary import summary
 from tests.helpers import tiny_pair
 
