@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from .sources import DraftSource
 
 __all__ = ["Draft", "DraftIndex", "OUTPUT"]
@@ -28,6 +30,18 @@ class Draft:
     source: str
 
 
+def _ends(a: np.ndarray, gram: Sequence[int]) -> np.ndarray:
+    """Positions just after each occurrence of ``gram`` in ``a``, ascending (vectorized: a
+    scan of a few thousand tokens costs microseconds, and nothing is built per n-gram)."""
+    n, size = len(gram), len(a)
+    if size < n:
+        return np.empty(0, dtype=np.int64)
+    hit = a[:size - n + 1] == gram[0]
+    for j in range(1, n):
+        hit &= a[j:size - n + 1 + j] == gram[j]
+    return np.flatnonzero(hit) + n
+
+
 class DraftIndex:
     """An n-gram index over draft sources and the growing generation.
 
@@ -36,6 +50,10 @@ class DraftIndex:
     :param max_ngram: longest n-gram matched.
     :param min_ngram: shortest n-gram matched (1-grams propose too often on real text).
     :param from_output: whether the generation drafts from itself (source ``"output"``).
+
+    Sequences are kept as arrays and scanned at each proposal (:func:`_ends`) rather than
+    indexed n-gram by n-gram up front, which cost tens of milliseconds per request before the
+    first token on a 2k-token prompt.
     """
 
     def __init__(self, sources: Sequence[DraftSource], prompt: Sequence[int], *,
@@ -45,48 +63,40 @@ class DraftIndex:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self._seqs: list[list[int]] = []
+        self._arrays: list[np.ndarray | None] = []  # None: the growing output, converted per scan
         self._names: list[str] = []
         self._anchored: list[int] = []
-        # n-gram -> occurrences (sequence index, position after the n-gram), oldest first
-        self._grams: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         for src in sources:
             for seq in src.sequences:
                 if src.anchored:
                     self._anchored.append(len(self._seqs))
-                self._add(list(seq), src.name)
+                self._seqs.append(list(seq))
+                self._arrays.append(np.asarray(self._seqs[-1], dtype=np.int64))
+                self._names.append(src.name)
         self._context = list(prompt)
         self._n_prompt = len(self._context)
         self._from_output = from_output
-        self._out = self._add([], OUTPUT)
-
-    def _add(self, seq: list[int], name: str) -> int:
-        i = len(self._seqs)
-        self._seqs.append(seq)
-        self._names.append(name)
-        for end in range(1, len(seq) + 1):
-            self._index_end(i, end)
-        return i
-
-    def _index_end(self, i: int, end: int) -> None:
-        seq = self._seqs[i]
-        for n in range(self.min_ngram, self.max_ngram + 1):
-            if end >= n:
-                self._grams.setdefault(tuple(seq[end - n:end]), []).append((i, end))
+        self._out = len(self._seqs)
+        self._seqs.append([])
+        self._arrays.append(None)
+        self._names.append(OUTPUT)
 
     def append(self, token: int) -> None:
         """The decoder emitted ``token``."""
         self._context.append(token)
         if self._from_output:
-            out = self._seqs[self._out]
-            out.append(token)
-            self._index_end(self._out, len(out))
+            self._seqs[self._out].append(token)
 
     @property
     def generated(self) -> list[int]:
         return self._context[self._n_prompt:]
 
     def propose(self, k: int) -> Draft | None:
-        """Up to ``k`` tokens that may follow the context, or None."""
+        """Up to ``k`` tokens that may follow the context, or None.
+
+        Earlier answers (anchored sources) by prefix of the whole generation first; then the
+        longest n-gram ending the context, the most recent occurrence first (the output, then
+        the sources from the last to the first, the latest position in each first)."""
         if k <= 0:
             return None
         gen = self.generated
@@ -101,8 +111,14 @@ class DraftIndex:
             return best
         ctx = self._context
         for n in range(min(self.max_ngram, len(ctx)), self.min_ngram - 1, -1):
-            for i, end in reversed(self._grams.get(tuple(ctx[len(ctx) - n:]), ())):
-                cand = tuple(self._seqs[i][end:end + k])  # empty for the n-gram just emitted
-                if cand:
-                    return Draft(cand, self._names[i])
+            gram = ctx[len(ctx) - n:]
+            for i in range(len(self._seqs) - 1, -1, -1):
+                seq = self._seqs[i]
+                arr = self._arrays[i]
+                ends = _ends(np.asarray(seq, dtype=np.int64) if arr is None else arr, gram)
+                # the latest occurrence with a token after it (none after the n-gram just emitted)
+                usable = ends[ends < len(seq)]
+                if usable.size:
+                    end = int(usable[-1])
+                    return Draft(tuple(seq[end:end + k]), self._names[i])
         return None

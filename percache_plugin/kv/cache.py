@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import Cache, DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from .store import ChunkKV
 
-__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache", "layer_kv"]
+__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache", "layer_kv", "AdoptingLayer"]
 
 
 def empty_cache() -> DynamicCache:
@@ -18,16 +20,34 @@ def empty_cache() -> DynamicCache:
     return DynamicCache()
 
 
+class AdoptingLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose first update keeps the tensors it is given as its storage
+    instead of concatenating them onto an empty tensor (a second copy of the whole layer).
+    Only for tensors made for this cache: nothing else may hold them. Afterwards (and after
+    ``reset``) it behaves as its parent: later updates concatenate into new tensors."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.is_initialized:
+            return super().update(key_states, value_states, *args, **kwargs)
+        self.lazy_initialization(key_states, value_states)
+        self.keys, self.values = key_states, value_states
+        return key_states, value_states
+
+
 def cache_from_chunks(chunks: Sequence[ChunkKV], dtype: torch.dtype, device: torch.device) -> DynamicCache:
     """A fresh cache holding the chunks' K/V back to back (batch of one).
 
-    Always a new tensor per layer (``torch.cat``), so ``generate`` may mutate the cache freely.
-    Built through the public ``Cache.update`` (one call per layer on an empty cache).
+    One copy per layer: ``torch.cat`` of the chunks (of one chunk too) makes a new tensor, which
+    an :class:`AdoptingLayer` keeps as it is, so ``generate`` may mutate the cache freely and
+    never touches the chunks' tensors (the RAM tier's, say). Filled through the public
+    ``Cache.update`` (one call per layer).
     """
     cache = empty_cache()
     for layer in range(len(chunks[0].keys)):
         k = torch.cat([c.keys[layer] for c in chunks], dim=1).to(device=device, dtype=dtype)
         v = torch.cat([c.values[layer] for c in chunks], dim=1).to(device=device, dtype=dtype)
+        cache.layers.append(AdoptingLayer())
         cache.update(k.unsqueeze(0), v.unsqueeze(0), layer)
     return cache
 

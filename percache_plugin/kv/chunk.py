@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -51,7 +52,7 @@ class ChunkKV:
     def n_tokens(self) -> int:
         return int(self.keys[0].shape[1])
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 

@@ -49,3 +49,38 @@ def test_bad_sources_and_sizes_are_refused() -> None:
         DraftSource("x", ((1, -2),))
     with pytest.raises(ValueError, match="min_ngram"):
         DraftIndex([], [], min_ngram=3, max_ngram=2)
+
+
+def naive_propose(seqs: list[tuple[str, list[int]]], ctx: list[int], k: int) -> tuple[tuple[int, ...], str] | None:
+    """The documented rule, by brute force: longest n-gram first, then the most recent
+    occurrence (last sequence first, latest position first) with a token after it."""
+    for n in range(min(4, len(ctx)), 1, -1):
+        gram = ctx[len(ctx) - n:]
+        for name, seq in reversed(seqs):
+            for end in range(len(seq) - 1, n - 1, -1):
+                if seq[end - n:end] == gram:
+                    return tuple(seq[end:end + k]), name
+    return None
+
+
+def test_proposals_follow_the_rule_on_random_text() -> None:
+    import random
+
+    rng = random.Random(3)
+    for _ in range(100):
+        vocab = rng.choice([4, 12])
+        sources = [DraftSource(name, tuple(tuple(rng.randrange(vocab) for _ in range(rng.randrange(40)))
+                                           for _ in range(rng.randrange(3))))
+                   for name in ("prompt", "session")]
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
+        index = DraftIndex(sources, prompt)
+        seqs = [(s.name, list(q)) for s in sources for q in s.sequences] + [("output", [])]
+        ctx = list(prompt)
+        for _ in range(20):
+            k = rng.randrange(1, 6)
+            got = index.propose(k)
+            assert (None if got is None else (got.tokens, got.source)) == naive_propose(seqs, ctx, k)
+            token = rng.randrange(vocab)
+            index.append(token)
+            ctx.append(token)
+            seqs[-1][1].append(token)
