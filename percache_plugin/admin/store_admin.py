@@ -22,6 +22,7 @@ import numpy as np
 
 from ..kv.integrity import DirectoryLock
 from ..kv.store import DB_NAME, KVStore, stored_fingerprints
+from ..personas.heads import HEADS_DIR as _PERSONA_HEADS
 from ..rag.chunking import Chunk
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
@@ -291,7 +292,7 @@ class StoreAdmin:
             finally:
                 lock.close()
         for child in self.path.iterdir():
-            if child.is_dir() and child.name in ("kv", _KNOWLEDGE, _SESSIONS):
+            if child.is_dir() and child.name in ("kv", _KNOWLEDGE, _SESSIONS, _PERSONA_HEADS):
                 shutil.rmtree(child)
             elif child.name.startswith((DB_NAME, _SESSIONS_DB)):
                 child.unlink()

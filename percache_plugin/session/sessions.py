@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -231,17 +232,20 @@ class Sessions:
             return compact(session)
 
     def delete(self, name: str) -> None:
-        """Remove the session ``name`` and free its K/V."""
+        """Remove the session ``name``, free its K/V and delete its turns from the turn log."""
         session = self.get(name)
         with session.lock, self._lock:
             self._sessions.pop(name, None)
             if self._store is not None:
                 self._store.delete(name)
+            self.log.delete_session(name)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
              persona: str | None = None,
              **generate_kwargs: Any) -> Reply:
         """One turn: see :meth:`PerCache.chat`."""
+        if persona is not None and session not in self._sessions:
+            self._load_under(persona, session)
         state = self.get(session)
         with state.lock:  # two calls on one session run one after the other
             engine = self._engine
@@ -264,6 +268,15 @@ class Sessions:
                     self._save(state, reply)
                     self._log(state, reply)
                 return reply
+
+    def _load_under(self, persona: str, name: str) -> None:
+        """Load session ``name`` from the store of the weights persona ``persona`` runs under
+        (a persona's turns are saved under its adapter's fingerprint)."""
+        engine = self._engine
+        with engine.preemption.foreground(engine.lock), self._personas.applied(persona):
+            engine.follow_model()
+            with contextlib.suppress(UnknownSession):
+                self.get(name)
 
     def _follow_weights(self, session: Session) -> None:
         """Never serve K/V computed under other weights: when the model's fingerprint changed

@@ -121,6 +121,11 @@ class TurnLog:
                                   (record.log_id,)).fetchone()
         return _record(row)
 
+    def delete_session(self, session: str) -> int:
+        """Delete every logged turn of ``session`` (one transaction); returns how many."""
+        with self._lock, transaction(self.db):
+            return int(self.db.execute("DELETE FROM turn_log WHERE session = ?", (session,)).rowcount)
+
     def records(self, *, persona: str | None = None, session: str | None = None) -> Iterator[TurnRecord]:
         """Every logged turn, oldest first (optionally of one persona or session)."""
         where, args = [], []

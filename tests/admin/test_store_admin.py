@@ -85,6 +85,19 @@ def test_clear_empties_the_store(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
+def test_clear_removes_persona_heads_and_the_turn_log(tmp_path: Path) -> None:
+    _filled(tmp_path)
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off")
+    pc.personas.add("brief", "Be brief.")
+    pc.chat("Hello.", persona="brief", max_new_tokens=2)
+    pc.disable()
+    assert (tmp_path / "personas").is_dir()
+    with StoreAdmin(tmp_path) as admin:
+        admin.clear()
+    assert not any(tmp_path.iterdir())
+
+
 def test_not_a_store(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="is not a percache store"):
         StoreAdmin(tmp_path)

@@ -66,6 +66,10 @@ def test_a_new_session_reads_the_head_from_its_snapshot(tmp_path: Path) -> None:
     pc.close()
     again = percache.enable(model, tok, store=tmp_path / "store")  # the personas are in the store
     assert [p.name for p in again.personas.list()] == ["a", "b"]
+    resumed = again.chat("Go on.", session="other", persona="a", max_new_tokens=4)  # saved under a's weights
+    assert resumed.stats.restored_from == "snapshot" and resumed.stats.history_recomputed == 0
+    assert resumed.stats.persona_head == "session" and resumed.turn_id == 2
+    _check(resumed, reference, "a")
     again.sessions.create("third")
     reply = again.chat("And Monday?", session="third", persona="a", max_new_tokens=4)
     assert reply.stats.persona_head == "snapshot" and reply.stats.persona_load_s > 0

@@ -45,4 +45,18 @@ def test_each_turn_is_logged_and_feedback_reaches_it(tmp_path: Path) -> None:
     pc.close()
     again = percache.enable(model, tok, store=tmp_path)
     assert again.turn_log.get(2, "s").edited_text == "Better."  # persisted
+    again.chat("Elsewhere.", max_new_tokens=2)
+    again.sessions.delete("s")  # a deleted session's turns leave the log
+    assert [r.session for r in again.turn_log.records()] == ["default"]
     again.close()
+
+
+def test_recalled_fact_ids_are_logged_with_the_turn(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off", memory_recall=True,
+                         memory_threshold=0.3)
+    tea = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact
+    reply = pc.chat("Which Quillberry tea does Ana drink every morning?", memory_scope="ana", max_new_tokens=2)
+    assert reply.stats.fact_ids == [tea.id]
+    assert pc.turn_log.get(reply.turn_id, "default").fact_ids == (tea.id,)
+    pc.close()
