@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "decode": ("percache_plugin.bench.decode", "decode speed with verified drafts vs plain greedy decoding (SmolLM2, QMSum)"),
     "serve": ("percache_plugin.bench.serve",
               "percache serve under 8 concurrent streaming chat clients vs the same server without percache (SmolLM2)"),
+    "persona": ("percache_plugin.bench.persona", "persona switch (head K/V read from its snapshot) vs prefilling the persona prompt (SmolLM2)"),
     "e2e": ("percache_plugin.bench.e2e", "end-to-end replay of QMSum users: methods, latency, hit rates, quality"),
 }
 
