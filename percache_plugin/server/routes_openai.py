@@ -15,7 +15,7 @@ from .jobs import run_ids
 from .render import chat_ids, max_new_tokens, text_ids
 from .requests import Sampling, parse_chat, parse_completion
 from .respond import respond
-from .state import ServerState, read_json
+from .state import ServerState
 from .stream import TextStream
 
 __all__ = ["openai_routes"]
@@ -56,7 +56,7 @@ def openai_routes(state: ServerState) -> list[Route]:
     def endpoint(kind: str, parse: Callable[[Any], Any], ids_of: Callable[[Any], list[int]]) -> Endpoint:
         async def handle(request: Request) -> Response:
             scope = state.scope(request)
-            req = parse(await read_json(request))
+            req = parse(await state.body(request))
             state.check_model(req.model)
             return await generate(request, kind, ids_of(req), req.sampling, scope, req.stream,
                                   req.include_usage)

@@ -16,7 +16,7 @@ from .formats import Format
 from .jobs import run_ask
 from .requests import Sampling, require_object
 from .respond import respond
-from .state import ServerState, read_json
+from .state import ServerState
 from .stream import TextStream
 
 __all__ = ["rag_routes", "parse_documents"]
@@ -63,7 +63,7 @@ def rag_routes(state: ServerState) -> list[Route]:
 
     async def documents(request: Request) -> Response:
         scope = state.scope(request)
-        docs = parse_documents(await read_json(request))
+        docs = parse_documents(await state.body(request))
 
         def job(queue_s: float) -> Any:
             return pc.add_documents(docs, scope=scope)
@@ -76,7 +76,7 @@ def rag_routes(state: ServerState) -> list[Route]:
     async def ask(request: Request) -> Response:
         arrived = time.perf_counter()
         scope = state.scope(request)
-        body = require_object(await read_json(request))
+        body = require_object(await state.body(request))
         question, sampling, streaming = _ask_sampling(body)
         if len(question) > state.settings.max_question_chars:
             raise APIError(400, f"'question' has {len(question)} characters; at most "

@@ -27,6 +27,7 @@ class ServerSettings:
         (capped by the room left in the model's context).
     :ivar idle_worker: run percache's idle work (predictions, QA-bank refresh) between requests.
     :ivar max_question_chars: the longest question ``/v1/ask`` accepts.
+    :ivar max_body_bytes: the largest request body read (413 beyond it).
     """
 
     model_name: str = "percache"
@@ -34,6 +35,7 @@ class ServerSettings:
     default_max_tokens: int = 256
     idle_worker: bool = False
     max_question_chars: int = 4000
+    max_body_bytes: int = 32 * 1024 * 1024
 
 
 class ServerState:
@@ -56,13 +58,29 @@ class ServerState:
                            f"'{self.settings.model_name}' (GET /v1/models).", param="model",
                            code="model_not_found")
 
+    async def body(self, request: Request) -> Any:
+        """The request's JSON body (see :func:`read_json`)."""
+        return await read_json(request, self.settings.max_body_bytes)
+
     def close(self) -> None:
         self.runner.close()
 
 
-async def read_json(request: Request) -> Any:
-    """The decoded JSON body. :raises APIError: 400 when it is empty or not JSON."""
-    raw = await request.body()
+async def read_json(request: Request, limit: int) -> Any:
+    """The decoded JSON body, read up to ``limit`` bytes.
+
+    :raises APIError: 400 when it is empty or not JSON, 413 when it is larger than ``limit``."""
+    too_large = APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise too_large
+        parts.append(part)
+    raw = b"".join(parts)
     if not raw.strip():
         raise APIError(400, "the request body is empty; send a JSON object")
     try:

@@ -188,3 +188,17 @@ def test_a_client_that_disconnects_frees_the_model(server: Any) -> None:
     first = server.state.runner.records[0]
     assert first.finish_reason == "cancelled" and first.completion_tokens < 4000
     assert waited < 10, f"the next request waited {waited:.1f} s"
+
+
+def test_a_body_over_the_limit_is_a_413(pc: Any) -> None:
+    from tests.server.conftest import start
+
+    srv = start(pc, max_body_bytes=1000)
+    try:
+        big = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 2000}]}).encode()
+        status, body = raw(srv, "POST", "/v1/chat/completions", big)
+        assert status == 413 and body["error"]["code"] == "request_too_large"
+        ok = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert raw(srv, "POST", "/v1/chat/completions", ok.encode())[0] == 200
+    finally:
+        srv.stop()
