@@ -9,8 +9,11 @@ that ask for the persona.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,10 +52,15 @@ def adapter_name(persona: Persona) -> str | None:
 
 
 class Personas:
-    """The personas of one handle (see :meth:`add`)."""
+    """The personas of one handle (see :meth:`add`).
 
-    def __init__(self, switch: AdapterSwitch, db_path: Path | None) -> None:
+    :param model_guard: held while an adapter is loaded into the model (the engine's foreground
+        lock, so no request or background decode runs meanwhile)."""
+
+    def __init__(self, switch: AdapterSwitch, db_path: Path | None,
+                 model_guard: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
         self.switch = switch
+        self._guard = model_guard
         self.db = connect(db_path, SCHEMA)
         self._lock = threading.Lock()
 
@@ -72,7 +80,7 @@ class Personas:
         if not isinstance(system_prompt, str) or not system_prompt.strip():
             raise ValueError(f"persona {name!r} needs a non-empty system_prompt, got {system_prompt!r}")
         persona = Persona(name, system_prompt, None if adapter is None else check_adapter_dir(adapter))
-        with self._lock:
+        with self._guard(), self._lock:  # the engine's lock first, as in a chat turn
             known = self._row(name)
             if known is not None and known != persona:
                 raise ValueError(f"persona {name!r} already exists with another definition; remove() it first")

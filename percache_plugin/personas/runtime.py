@@ -37,7 +37,8 @@ class PersonaRuntime:
         self.engine = engine
         self.layout = layout
         self.switch = AdapterSwitch(engine.model)
-        self.personas = Personas(self.switch, db_path)
+        self.personas = Personas(self.switch, db_path,
+                                 lambda: engine.preemption.foreground(engine.lock))
         self.heads = HeadSnapshots(root, db_path)
 
     def close(self) -> None:
