@@ -4,7 +4,8 @@ against prefilling the persona's prompt, on SmolLM2, side by side in one run.
 A persona prompt of about ``--tokens`` tokens (style rules, deterministic text). Parts, each
 repeated ``--repeats`` times, interleaved, medians and interquartile ranges reported:
 
-* ``head prefill``: one forward over the head's ids (template opening + prompt) into an empty cache;
+* ``head prefill``: one forward over the head's ids (template opening + prompt) into an empty
+  cache (logits of the last position only, as ``generate`` computes them);
 * ``head read (warm)`` / ``head read (cold)``: the head snapshot read from the store into a
   cache (``HeadSnapshots.get``: safetensors file, checksum, metadata), with the file in the OS
   page cache, or dropped from it first;
@@ -114,8 +115,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         same_first_token = True
         for r in range(args.repeats):
             with torch.inference_mode():
-                times["head prefill"].append(_timed(lambda: model(
-                    input_ids=torch.tensor([head]), past_key_values=DynamicCache(), use_cache=True)))
+                times["head prefill"].append(_timed(lambda: model(  # K/V only: logits of one position
+                    input_ids=torch.tensor([head]), past_key_values=DynamicCache(), use_cache=True,
+                    logits_to_keep=1)))
 
             def read() -> None:
                 kv = snapshots.get(fp, head)
