@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "idle": ("percache_plugin.bench.idle", "idle work: foreground latency under preemption, scheduler trade"),
     "offload": ("percache_plugin.bench.offload", "offloaded weights through the buffer cache: tokens/s and bytes/token vs sizing model"),
     "buffer": ("percache_plugin.bench.buffer", "buffer-cache policies: hit ratio vs cache size on K/V, chat and offload traces"),
+    "memory": ("percache_plugin.bench.memory", "personal memory on LoCoMo: recall@k, F1, tokens and latency of full context, window, raw turns, facts"),
     "chat": ("percache_plugin.bench.chat", "chat sessions on LoCoMo: TTFT, tokens computed, resident K/V per turn"),
     "decode": ("percache_plugin.bench.decode", "decode speed with verified drafts vs plain greedy decoding (SmolLM2, QMSum)"),
     "serve": ("percache_plugin.bench.serve",

@@ -3,8 +3,8 @@ facts (``Config.memory_extraction``).
 
 A task carries the turns it covers (``{"session", "turns": [[turn id, text], ...]}`` as its
 question) and the memory scope. ``"model"`` asks the model with the ``memory_facts`` prompt
-template and keeps the valid lines (:func:`.extract.parse_facts`; malformed ones are counted
-and dropped); ``"raw"`` stores each turn itself as a memory item, the fallback that needs no
+template and keeps the valid lines (:func:`.extract.parse_facts`; malformed ones, and facts copied
+from the template's example, are counted and dropped); ``"raw"`` stores each turn itself as a memory item, the fallback that needs no
 extraction; ``"both"`` does both. Every fact gets ``metadata["source"]``: the
 ``session:turn`` ids it came from.
 
@@ -28,6 +28,7 @@ from ..predict.templates import load_template
 from ..segments import Segment
 from .bank import MemoryBank
 from .extract import parse_facts, raw_turn_fact
+from .text import normalize
 
 if TYPE_CHECKING:
     from ..assistant.idle_context import IdleContext
@@ -95,8 +96,11 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
         report.prefill_tokens += gen.stats.tokens_computed
         report.decode_tokens += gen.stats.new_tokens
         found = parse_facts(gen.text)
-        stats.malformed += found.malformed
-        items += [(f.text, task.scope, {**f.metadata, "source": sources}) for f in found.facts]
+        # A fact copied from the template's example is not about these turns.
+        copied = [f for f in found.facts if normalize(f.text) in normalize(instruction)]
+        stats.malformed += found.malformed + len(copied)
+        items += [(f.text, task.scope, {**f.metadata, "source": sources})
+                  for f in found.facts if f not in copied]
     if mode in ("raw", "both"):
         for turn_id, text in turns:
             raw = raw_turn_fact(text)

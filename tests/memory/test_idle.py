@@ -60,12 +60,13 @@ def test_model_output_validated_deduplicated_and_superseding() -> None:
     stats = ExtractionStats()
     out = ('{"summary": "Ana lives in Lisbon near the river", "participants": "Ana", "item": "home"}\n'
            '{"summary": "Ana lives in Lisbon near the river"}\n'
-           'Ana is nice.\n')
+           'Ana is nice.\n'
+           '{"summary": "Ana adopted a cat named Miso"}\n')  # the template's example, copied
     task = IdleTask(1, "memory_extract", '{"session": "s", "turns": [[1, "Ana: I live in Lisbon."]]}', "ana", 0)
     c = _Ctx(out)
     run_extraction(c, task, IdleReport(), bank, stats, "model")  # type: ignore[arg-type]
     assert "Ana: I live in Lisbon." in c.prompts[0][-1].text
-    assert stats.malformed == 1 and stats.facts_added == 1 and stats.duplicates == 1
+    assert stats.malformed == 2 and stats.facts_added == 1 and stats.duplicates == 1
     (old,) = bank.list("ana")
     assert old.metadata["source"] == "s:1" and old.subject == "ana home"
     c.output = '{"summary": "Ana moved from Lisbon to Porto", "participants": "Ana", "item": "home"}'

@@ -1,0 +1,199 @@
+"""``percache bench memory``: personal memory on LoCoMo (SmolLM2-135M).
+
+One conversation (``--sample``, default 4: kept aside; the settings were chosen on sample 0)
+is replayed session by session: each session's dialogue turns are queued for idle-time
+extraction, and an idle phase (``pc.idle()``) runs between sessions, once with
+``memory_extraction="raw"`` (each turn a memory item) and once with ``"model"`` (facts from
+the ``memory_facts`` template, ``--batch`` turns per model call). The dataset holds both
+speakers' turns, so no reply is generated during the replay. Then a stratified, seeded sample
+of the questions whose evidence lies in the replayed sessions is answered by five methods:
+
+- ``full``: the whole replayed transcript (truncated to the model's window), as one chunk
+  (its K/V is computed once and reused exactly by the later questions);
+- ``window``: the last turns that fit ``--window`` tokens;
+- ``raw``, ``facts``, ``facts+raw``: the ``--k`` best memory items of that kind.
+
+Reported per category: evidence recall@k (a retrieved item's sources are the dialogue ids it
+came from), answer token F1 (categories 1-4), the share of adversarial questions (category 5)
+answered as unanswerable, prompt tokens and latency per answer; extraction quality against
+LoCoMo's ``observation`` facts (cosine matching) and facts per minute of idle time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..bundled import load_smollm2
+from ..handle import PerCache, enable
+from ..memory.idle import queue_turns
+from ..segments import Segment
+from .common import THREADS_HELP, markdown_table, median, write_json
+from .memory_data import (
+    UNANSWERABLE,
+    Conversation,
+    QAItem,
+    answer_f1,
+    evidence_recall,
+    load_conversation,
+    match_facts,
+    sample_questions,
+    says_unanswerable,
+)
+
+__all__ = ["add_arguments", "run"]
+
+DEFAULT_LOCOMO = Path("../shared/data/locomo/locomo_dev5.json")
+METHODS = ("full", "window", "raw", "facts", "facts+raw")
+SYSTEM = (f"Answer the question about the conversation in a few words. If the conversation "
+          f"does not say, answer '{UNANSWERABLE}'.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, default=DEFAULT_LOCOMO, help="LoCoMo JSON (locomo_dev5.json)")
+    p.add_argument("--sample", type=int, default=4, help="conversation to report on (0-4)")
+    p.add_argument("--sessions", type=int, default=5, help="sessions replayed")
+    p.add_argument("--per-category", type=int, default=6, help="questions drawn per category")
+    p.add_argument("--seed", type=int, default=0, help="seed of the question sample")
+    p.add_argument("--batch", type=int, default=4, help="dialogue turns per extraction call")
+    p.add_argument("--extract-tokens", type=int, default=96, help="tokens decoded per extraction call")
+    p.add_argument("--window", type=int, default=512, help="sliding-window budget, tokens")
+    p.add_argument("-k", type=int, default=5, help="memory items per answer (recall@k)")
+    p.add_argument("--max-new", type=int, default=16, help="tokens decoded per answer")
+    p.add_argument("--match", type=float, default=0.7, help="cosine for an extracted fact to match an observation")
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    p.add_argument("--json", type=Path, default=None)
+
+
+def _replay(pc: PerCache, conv: Conversation, batch: int) -> dict[str, Any]:
+    """Queue each session's turns and run an idle phase after it; returns the extraction figures."""
+    model_s = 0.0
+    for date, turns in conv.sessions:
+        dated = [(d, f"[{date}] {text}") for d, text in turns]
+        pc.configure(memory_extraction="raw")
+        queue_turns(pc.idle_queue, "c", dated, "raw")
+        pc.idle()
+        pc.configure(memory_extraction="model")
+        for i in range(0, len(dated), batch):
+            queue_turns(pc.idle_queue, "c", dated[i:i + batch], "facts")
+        t0 = time.perf_counter()
+        pc.idle()
+        model_s += time.perf_counter() - t0
+        print(f"  session {date}: {len(turns)} turns, {len(pc.memory.list('facts'))} facts so far",
+              flush=True)
+    for scope in ("raw", "facts"):
+        for fact in pc.memory.list(scope):
+            pc.memory.add(fact.text, "both", fact.metadata)
+    stats = pc.memory.extraction
+    facts = len(pc.memory.list("facts"))
+    return {"turns": sum(len(t) for _, t in conv.sessions), "model_calls": stats.model_calls,
+            "facts": facts, "malformed_lines": stats.malformed, "idle_s_model": model_s,
+            "facts_per_minute": facts / (model_s / 60) if model_s else 0.0,
+            "raw_items": len(pc.memory.list("raw")), "both_items": len(pc.memory.list("both"))}
+
+
+def _sources(metadata: Any) -> list[str]:
+    return [s.removeprefix("c:") for s in metadata.get("source", "").split(",") if s]
+
+
+def _context(pc: PerCache, conv: Conversation, method: str, question: str, k: int,
+             window: int) -> tuple[list[str], list[list[str]]]:
+    """The context texts of one method and the dialogue ids each came from."""
+    if method in ("raw", "facts", "facts+raw"):
+        scope = {"raw": "raw", "facts": "facts", "facts+raw": "both"}[method]
+        hits = pc.memory.search(question, scope, k)
+        return [h.fact.text for h in hits], [_sources(h.fact.metadata) for h in hits]
+    turns = [(d, f"[{date}] {text}") for date, ts in conv.sessions for d, text in ts]
+    budget = window if method == "window" else 8192 - 256  # SmolLM2's window less the question
+    kept: list[tuple[str, str]] = []
+    used = 0
+    for d, text in reversed(turns):
+        n = len(pc.tokenizer(text + "\n", add_special_tokens=False)["input_ids"])
+        if used + n > budget:
+            break
+        kept.insert(0, (d, text))
+        used += n
+    return ["\n".join(t for _, t in kept)], [[d for d, _ in kept]]
+
+
+def _answer(pc: PerCache, texts: Sequence[str], question: str, max_new: int) -> tuple[str, int, float]:
+    segments = [Segment(SYSTEM, "system"), *(Segment(t, "chunk") for t in texts),
+                Segment(question, "query")]
+    t0 = time.perf_counter()
+    gen = pc.generate(segments, max_new_tokens=max_new, do_sample=False)
+    return gen.text.strip(), gen.stats.prompt_tokens, time.perf_counter() - t0
+
+
+def _evaluate(pc: PerCache, conv: Conversation, questions: list[QAItem], args: argparse.Namespace
+              ) -> list[dict[str, Any]]:
+    rows = []
+    for i, q in enumerate(questions):
+        for method in METHODS:
+            texts, sources = _context(pc, conv, method, q.question, args.k, args.window)
+            answer, tokens, latency = _answer(pc, texts, q.question, args.max_new)
+            rows.append({"method": method, "category": q.category, "question": q.question,
+                         "gold": q.answer, "answer": answer, "prompt_tokens": tokens,
+                         "latency_s": latency, "recall": evidence_recall(q.evidence, sources),
+                         "f1": answer_f1(answer, q.answer) if q.category != 5 else None,
+                         "unanswerable": says_unanswerable(answer)})
+        print(f"  question {i + 1}/{len(questions)} (category {q.category}) answered", flush=True)
+    return rows
+
+
+def _table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], dict[str, Any]]:
+    out, summary = [], {}
+    for method in METHODS:
+        mine = [r for r in rows if r["method"] == method]
+        for cat in sorted({r["category"] for r in mine}) + ["all"]:
+            sel = [r for r in mine if cat == "all" or r["category"] == cat]
+            f1s = [r["f1"] for r in sel if r["f1"] is not None]
+            adv = [r for r in sel if r["category"] == 5]
+            cell = {"n": len(sel), "recall": float(np.mean([r["recall"] for r in sel])),
+                    "f1": float(np.mean(f1s)) if f1s else None,
+                    "unanswerable": (sum(r["unanswerable"] for r in adv) / len(adv)) if adv else None,
+                    "prompt_tokens": float(np.mean([r["prompt_tokens"] for r in sel])),
+                    "latency_s": median([r["latency_s"] for r in sel])}
+            summary[f"{method}/{cat}"] = cell
+            out.append([method, cat, cell["n"], f"{cell['recall']:.2f}",
+                        "-" if cell["f1"] is None else f"{cell['f1']:.3f}",
+                        "-" if cell["unanswerable"] is None else f"{cell['unanswerable']:.2f}",
+                        f"{cell['prompt_tokens']:.0f}", f"{cell['latency_s']:.2f}"])
+    return out, summary
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    conv = load_conversation(args.data, args.sample, args.sessions)
+    questions = sample_questions(conv.questions, args.per_category, args.seed)
+    print(f"LoCoMo sample {args.sample} ({conv.sample_id}): {len(conv.sessions)} sessions, "
+          f"{len(conv.questions)} questions with evidence in them, {len(questions)} drawn "
+          f"(<= {args.per_category} per category, seed {args.seed})", flush=True)
+    model, tok = load_smollm2()
+    with tempfile.TemporaryDirectory(prefix="percache-bench-memory-") as store:
+        pc = enable(model, tok, store=store, predict="off", use_qa_bank=False,
+                    memory_extract_tokens=args.extract_tokens, prediction_quiet_s=0.0)
+        extraction = _replay(pc, conv, args.batch)
+        facts = pc.memory.list("facts")
+        emb = pc.embedder
+        quality = match_facts(emb.embed([f.text for f in facts]) if facts else np.zeros((0, emb.dim)),
+                              emb.embed([o for o, _ in conv.observations]), args.match)
+        rows = _evaluate(pc, conv, questions, args)
+        examples = [f.text for f in facts[:8]]
+        pc.disable()
+    table, summary = _table(rows)
+    print(markdown_table(["method", "category", "n", f"recall@{args.k}", "F1", "unanswerable (cat 5)",
+                          "prompt tokens", "latency s (median)"], table))
+    print(f"extraction: {extraction}")
+    print(f"vs LoCoMo observations (cosine >= {args.match}): {quality}")
+    print("first facts:", *examples, sep="\n  ")
+    result = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"}, "extraction": extraction,
+              "quality": quality, "summary": summary, "rows": rows, "examples": examples}
+    write_json(args.json, result)
+    return result
