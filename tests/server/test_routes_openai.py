@@ -202,3 +202,30 @@ def test_a_body_over_the_limit_is_a_413(pc: Any) -> None:
         assert raw(srv, "POST", "/v1/chat/completions", ok.encode())[0] == 200
     finally:
         srv.stop()
+
+
+def _open_stream(server: Any, body: dict[str, Any], *, first_event: bool) -> http.client.HTTPConnection:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    if first_event:  # the request runs: its first token arrived
+        assert response.readline().startswith(b"data: ")
+    return conn
+
+
+def test_a_queued_request_whose_client_left_never_runs(server: Any) -> None:
+    long = {"model": MODEL, "prompt": "Tell a very long story.", "max_tokens": 4000, "temperature": 0,
+            "stream": True}
+    running = _open_stream(server, long, first_event=True)
+    queued = _open_stream(server, {**long, "prompt": "Another long story."}, first_event=False)
+    queued.sock.close()  # leaves while the first request holds the model
+    queued.close()
+    time.sleep(0.3)
+    running.sock.close()
+    running.close()
+    r = client(server).completions.create(model=MODEL, prompt="hi", **GREEDY)
+    assert r.choices[0].text is not None
+    first, second = list(server.state.runner.records)[:2]
+    assert first.finish_reason == second.finish_reason == "cancelled"
+    assert first.completion_tokens > 0 and second.completion_tokens == 0
