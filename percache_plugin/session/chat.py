@@ -93,6 +93,8 @@ class ChatRunner:
         prompt = Prompt((PromptPiece(Segment("", "query"), tuple(full), 0, None),))
         earlier = DraftHints(token_ids={SESSION: [t.reply_ids for t in session.turns]})
         drafting = self.engine.drafting(prompt, kwargs, earlier, stats)
+        if drafting is not None:
+            drafting.draft_in_prefill = False  # the turn's TTFT is that of its new tokens alone
         try:
             with self.keep_mask.active(session.keep):
                 gen = run_generate(self.engine.model, self.engine.tokenizer, prompt, cache, cached,
