@@ -33,12 +33,7 @@ from .attention.splice import SpliceCache
 from .config import Config, ConfigError, check_store_path
 from .core.capabilities import Capabilities
 from .core.preemption import Preempted, Preemption
-from .decode import (
-    DraftedDecoding,
-    DraftHints,
-    greedy_reason,
-    run_generate,
-)
+from .decode import DraftedDecoding, DraftHints, greedy_reason, run_generate
 from .decode.chunked import StopCheck, interrupt_check, prefill_rest
 from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
@@ -236,9 +231,9 @@ class Engine:
             prompt, cache, served, stats, finish = self._prepare(
                 segments, int(generate_kwargs["max_new_tokens"]), t0, stop)
             gen = None
-            try:
-                ready = served if stop is None else prefill_rest(
-                    self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop)
+            try:  # a background request computes the prompt here, in chunks, checked between them
+                ready = prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk,
+                                     stop) if stop else served
                 preempt = self.preemption.flag if self.preemption.in_background() else None
                 drafting = self.drafting(prompt, generate_kwargs, drafts, stats)
                 gen = run_generate(self.model, self.tokenizer, prompt, cache, ready, stats,
@@ -285,8 +280,7 @@ class Engine:
             prompt, cache, served, stats, finish = self._prepare(segments, 1, t0, stop)
             done = False
             try:
-                prefill_rest(self.model, prompt, cache, stats,
-                             self.config.background_prefill_chunk if stop else None, stop)
+                prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop)
                 stats.tokens_computed = prompt.n_tokens - 1 - served
                 done = True
             finally:
@@ -295,9 +289,8 @@ class Engine:
 
     def _prepare(self, segments: Sequence[str | Segment] | Prompt, max_new: int, t0: float,
                  stop: StopCheck | None = None) -> tuple[Prompt, Any, int, GenerationStats, Finish]:
-        """The prompt, its cache, how many prompt positions the cache serves, the stats and a
-        ``finish(cache, generation, completed)`` (see :func:`~percache_plugin.request.open_request`).
-        With ``stop`` (a background request) a splice's forward runs in chunks, checked between them."""
+        """The prompt, its cache, the prompt positions it serves, the stats and a ``finish(cache,
+        generation, completed)`` (:func:`~percache_plugin.request.open_request`; ``stop``: ditto)."""
         if self._closed:
             raise RuntimeError("this percache handle was closed; call enable() again")
         if self._enabled:
@@ -309,7 +302,7 @@ class Engine:
                     lambda cache, gen, completed: None)
         assert self._reuse is not None
         req = open_request(self.ctx, self._reuse, prompt, t0, self._totals, lambda: self._enabled,
-                           chunk=self.config.background_prefill_chunk if stop else None, stop=stop)
+                           chunk=self.config.background_prefill_chunk, stop=stop)
         return prompt, req.cache, req.served, req.stats, req.finish
 
     # -- storing ------------------------------------------------------------------------

@@ -116,8 +116,8 @@ class ReuseRunner:
         """Inject exact and shifted chunks, recompute the chosen positions and every uncovered one
         through a SpliceCache; the last prompt token is left to ``generate``.
 
-        The positions to compute go in one forward, or with ``chunk``, in ascending runs of at
-        most ``chunk`` positions (a query only sees keys at or before its own position, so
+        The positions to compute go in one forward, or with ``stop`` (a background request), in
+        ascending runs of at most ``chunk`` positions (a query only sees keys at or before its own position, so
         the result is the same) with ``stop`` checked before each run.
 
         :raises Preempted: when ``stop`` returned True (nothing is stored)."""
@@ -150,7 +150,8 @@ class ReuseRunner:
         stats.tokens_shifted = shifted_total - len(chosen)
         stats.approximate = stats.tokens_shifted > 0 or any(
             p.kv.keys[0].dtype != dtype for p in placed + shifted)
-        for a, b in chunk_bounds(0, positions.numel(), chunk or max(1, positions.numel())):
+        n = positions.numel()
+        for a, b in chunk_bounds(0, n, chunk if chunk and stop is not None else max(1, n)):
             if stop is not None and stop():
                 stats.fallback = "preempted"
                 raise Preempted("background prefill yielded to a foreground request or the idle budget")

@@ -82,9 +82,10 @@ def interrupt_check(preemption: Preemption) -> StopCheck | None:
 
 
 def prefill_rest(model: Any, prompt: Prompt, cache: Any, stats: GenerationStats,
-                 chunk: int | None, stop: StopCheck | None) -> int:
-    """Compute the prompt positions ``cache`` does not hold yet, up to the last but one, in
-    forwards of at most ``chunk`` tokens (None: one forward) with ``stop`` checked before each.
+                 chunk: int, stop: StopCheck | None) -> int:
+    """Compute the prompt positions ``cache`` does not hold yet, up to the last but one: with
+    ``stop`` (a background request) in forwards of at most ``chunk`` tokens with ``stop``
+    checked before each, without it in one forward.
 
     :returns: the positions now cached (``prompt.n_tokens - 1``, or more if a splice or a
         full hit already held them).
@@ -94,7 +95,7 @@ def prefill_rest(model: Any, prompt: Prompt, cache: Any, stats: GenerationStats,
     have = cache.get_seq_length()
     if have >= end:
         return have
-    done = prefill_chunked(model, prompt.input_ids, cache, have, end, chunk or end - have, stop)
+    done = prefill_chunked(model, prompt.input_ids, cache, have, end, chunk if stop else end - have, stop)
     if done < end:
         stats.fallback = "preempted"
         raise Preempted("background prefill yielded to a foreground request or the idle budget")
