@@ -197,6 +197,16 @@ class Config:
         "(generate from whatever was retrieved).",
         "auto",
     )
+    answer_grounding: bool = _help(
+        "Check every generated answer against the chunks it was generated from before the QA "
+        "bank serves it to paraphrases: an answer naming a number, time, weekday or month that "
+        "no source contains, or a value a source changed ('moved from Thursday to Friday' and "
+        "the answer says Thursday), is stored out of service (answer.unsupported says why, "
+        "pc.stats().answers_flagged counts them). Lexical, not an entailment model: it flags "
+        "5.0-5.9% of QMSum reference answers (spoken numbers: 'twelve fifty' vs '12.50'; "
+        "benchmarks/grounding_eval.py). False: store and serve every answer.",
+        True,
+    )
     prediction_stride: int = _help("Questions asked of the model per prediction (per note).", 3)
     knowledge_rounds: int = _help(
         "Prediction rounds per new chunk after new documents (the first decodes greedily, "

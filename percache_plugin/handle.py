@@ -269,6 +269,8 @@ class PerCache:
         hit counts stored per entry)."""
         totals = dataclasses.replace(self.engine.stats())
         totals.qa_lookups, totals.qa_hits = self.assistant.qa_counters()
+        totals.answers_checked = self.assistant.grounding.checked
+        totals.answers_flagged = self.assistant.grounding.flagged
         return totals
 
     # -- settings and life cycle -----------------------------------------------------------

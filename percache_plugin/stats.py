@@ -106,11 +106,16 @@ class StatsTotals:
     fallbacks: int = 0
     qa_lookups: int = 0  # QA-bank lookups and hits this session (filled by pc.stats())
     qa_hits: int = 0
+    # Generated answers checked against their sources, and those flagged and not served to
+    # paraphrases, this session (Config.answer_grounding; filled by pc.stats())
+    answers_checked: int = 0
+    answers_flagged: int = 0
 
     def add(self, s: GenerationStats) -> None:
         self.requests += 1
         for f in dataclasses.fields(self):
-            if f.name in ("requests", "fallbacks", "qa_lookups", "qa_hits"):
+            if f.name in ("requests", "fallbacks", "qa_lookups", "qa_hits", "answers_checked",
+                          "answers_flagged"):
                 continue
             setattr(self, f.name, getattr(self, f.name) + getattr(s, f.name))
         self.fallbacks += bool(s.fallback)

@@ -28,7 +28,7 @@ def _full_disk(pc: percache.PerCache, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_requests_answer_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pc = percache.enable(*tiny_pair("llama"), store=tmp_path / "s", embedder="hash",
+    pc = percache.enable(*tiny_pair("llama"), store=tmp_path / "s", embedder="hash", answer_grounding=False,
                          predict="history", prediction_quiet_s=0.0)
     try:
         pc.add_documents(DOCS, scope="u")

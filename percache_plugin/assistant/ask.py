@@ -13,6 +13,7 @@ from ..decode.sources import QA_BANK, DraftHints
 from ..rag.embeddings import DEFAULT_MODEL_NAME
 from ..segments import Segment
 from ..stats import GenerationStats
+from .grounded import hold_back_unsupported
 
 log = logging.getLogger("percache")
 
@@ -40,6 +41,8 @@ class Answer:
     :ivar latency_s: wall time of the whole call.
     :ivar relevance: cosine similarity of the question and its best retrieved chunk (None when
         nothing was retrieved or for QA-bank hits); see ``Config.relevance_threshold``.
+    :ivar unsupported: for a generated answer, why it is not served to paraphrases: facts
+        its sources do not support (``Config.answer_grounding``); empty when it is served.
     """
 
     text: str
@@ -51,6 +54,7 @@ class Answer:
     stats: GenerationStats | None = None
     latency_s: float = 0.0
     relevance: float | None = None
+    unsupported: tuple[str, ...] = ()
 
 
 def _ordered(chunks: Sequence[Chunk]) -> list[Chunk]:
@@ -79,9 +83,15 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
         generate_kwargs["drafts"] = qa_drafts(a, query, scope)
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
     text = gen.text.strip()
+    unsupported: tuple[str, ...] = ()
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
         a.hooks.qa_store(a.ctx, query, text, scope, sources, origin)
-    return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0)
+        unsupported = hold_back_unsupported(a, query, scope, text, ordered)
+        if unsupported and a.config.debug_log:
+            log.info("percache answer to %r not served to paraphrases: %s", query.text,
+                     "; ".join(unsupported))
+    return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
+                  unsupported=unsupported)
 
 
 QA_DRAFT_SIMILARITY = 0.4

@@ -25,6 +25,7 @@ from ..rag.qa_bank import QABank, QAEntry
 from .ask import Answer, ask, generate_answer
 from .disputes import correct as correct_entry
 from .disputes import dispute_paraphrases
+from .grounded import GroundingCounts
 from .idle_context import IdleContext
 from .idle_tasks import TaskRunner
 from .scheduler import (
@@ -46,6 +47,7 @@ class Assistant:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.background_stats = BackgroundStats()
+        self.grounding = GroundingCounts()
         self._embedder: Embedder | None = None
         self._idle_queue: IdleQueue | None = None
         self._prediction_state: PredictionState | None = None

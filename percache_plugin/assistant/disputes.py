@@ -4,24 +4,15 @@ user, or regenerated)."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
+
+from ..rag.grounding import key_facts
 
 if TYPE_CHECKING:
     from ..rag.qa_bank import QAEntry
     from .assistant import Assistant
 
 __all__ = ["key_facts", "contradicts", "correct", "dispute_paraphrases"]
-
-_FACT = re.compile(r"\b(?:\d[\w:.%/-]*|(?<![.!?]\s)(?<!^)[A-Z][a-zA-Z]+)")
-_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-
-
-def key_facts(text: str) -> set[str]:
-    """Numbers, times, weekdays and capitalized names (not sentence starts) in ``text``."""
-    facts = {m.group(0).lower().rstrip(".") for m in _FACT.finditer(text.strip())}
-    facts.update(d for d in _DAYS if d in text.lower())
-    return facts
 
 
 def contradicts(a: str | None, b: str | None) -> bool:

@@ -20,7 +20,7 @@ DOCS = [
 
 def _filled(store: Path) -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, store=store, embedder="hash", predict="off")
+    pc = percache.enable(model, tok, store=store, embedder="hash", answer_grounding=False, predict="off")
     pc.add_documents(DOCS, scope="me")
     pc.ask("When is the choir rehearsal?", scope="me", max_new_tokens=3)
     pc.ask("When is the choir rehearsal?", scope="me", max_new_tokens=3)  # a QA-bank hit
@@ -55,7 +55,7 @@ def test_remove_document_takes_its_chunks_kv_and_qa_entries(tmp_path: Path) -> N
             admin.remove_document("nobody")
     # A handle reopened on the store no longer retrieves the removed document.
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", answer_grounding=False, predict="off")
     assert {c.doc_id for c in pc.knowledge.chunks()} == {"ben"}
     pc.disable()
 

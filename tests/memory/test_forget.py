@@ -25,7 +25,7 @@ def _files_holding(root: Path, needles: list[bytes]) -> list[str]:
 
 def test_forget_removes_the_text_from_every_file_and_drops_answers(tmp_path: Path) -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off",
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", answer_grounding=False, predict="off",
                          relevance_threshold=None, memory_threshold=0.0)
     fact = pc.memory.add(SECRET, scope="me", metadata={"subject": "locker code"}).fact
     pc.memory.update(fact.id, SECRET + " indeed")  # a history row holding the text
@@ -51,7 +51,7 @@ def test_forget_removes_the_text_from_every_file_and_drops_answers(tmp_path: Pat
 
 def test_facts_are_beside_chunks_in_ask_only_when_switched_on(tmp_path: Path) -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, store=None, embedder="hash", predict="off",
+    pc = percache.enable(model, tok, store=None, embedder="hash", answer_grounding=False, predict="off",
                          relevance_threshold=None, memory_threshold=0.0, use_qa_bank=False)
     pc.add_documents(["The choir rehearsal moved to Friday."], scope="me")
     fact = pc.memory.add("Ana sings alto in the choir", scope="me").fact
