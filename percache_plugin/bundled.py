@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,19 @@ def smollm2_path() -> Path:
     return folder
 
 
-def load_smollm2(dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
-    """SmolLM2-135M-Instruct (Llama architecture) dequantized from the GGUF, and its tokenizer."""
+def load_smollm2(dtype: torch.dtype = torch.float32, *, status: bool = False) -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct (Llama architecture) dequantized from the GGUF, and its tokenizer;
+    ``status``: one percache status line on standard error while it loads (the CLI's)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .loading import loading_status
+
     folder = smollm2_path()
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
+    shown = loading_status("SmolLM2-135M-Instruct", str(folder / SMOLLM2_GGUF)) if status \
+        else contextlib.nullcontext()
+    with shown:
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
     return model.eval(), tok
 
 

@@ -32,7 +32,7 @@ OFF_TOPIC = "Who won the football world cup in 2018?"
 
 
 BUNDLED = "smollm2"
-INTRO = ("Loading SmolLM2-135M-Instruct, a small demo model (135M parameters, bundled, runs on a "
+INTRO = ("The demo runs SmolLM2-135M-Instruct, a small demo model (135M parameters, bundled, runs on a "
          "laptop CPU; expect a small model's answers). Run the same demo on your own model with "
          "'percache demo --model PATH_OR_ID' (a local folder or a hub id in the offline cache).")
 
@@ -129,12 +129,11 @@ def _load(name: str, dtype: str) -> tuple[object, object]:
     if name == BUNDLED:
         print(INTRO, flush=True)
     else:
-        print(f"Loading {name} ...", flush=True)
         if not Path(name).expanduser().exists() and name.startswith((".", "/", "~")):
             raise UsageError(f"no model at {name!r}", "give a local model folder (with config.json) "
                              "or a hub id already in the offline cache")
     try:
-        return load_model(name, dtype=dtype)
+        return load_model(name, dtype=dtype, status=True)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot load {name!r}: {type(exc).__name__}: {exc}",
                          "give a local model folder (with config.json) or a hub id already in "

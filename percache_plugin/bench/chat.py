@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; choose from {METHODS}")
     messages = locomo_messages(args.data, args.sample, args.turns, args.words)
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(status=True)
     with tempfile.TemporaryDirectory(prefix="percache-bench-chat-") as tmp:
         results = conversation(model, tok, messages, methods, args, Path(tmp))
     report = summary(results, args.budget, args.turns // 2 + 1)

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     require_qmsum(args.data)
     torch.set_num_threads(args.threads)
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(status=True)
     payload = run_benchmark(model, tok, args.data, meetings=args.meetings, questions=args.questions,
                             new_tokens=args.new_tokens, repeats=args.repeats, partial=args.json)
     s = payload["summary"]

@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     require_qmsum(args.data)
     torch.set_num_threads(args.threads)
     settings = settings_from_args(args)
-    payload = run_benchmark(settings, load_model=load_smollm2, embedder=None,
+    payload = run_benchmark(settings, load_model=lambda: load_smollm2(status=True), embedder=None,
                             model_name="SmolLM2-135M-Instruct (GGUF Q4_1, fp32)")
     print(markdown_table(SUMMARY_HEADER, [summary_row(s["label"], s) for s in payload["summary"].values()]))
     for r in payload["runs"]:

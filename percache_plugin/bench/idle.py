@@ -141,7 +141,7 @@ def _policy(model: Any, tok: Any, text: str, pairs: list[tuple[str, str]], cutof
 def run(args: argparse.Namespace) -> dict[str, Any]:
     require_qmsum(args.data)
     torch.set_num_threads(args.threads)
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(status=True)
     meeting, text, pairs = _meeting(args)
     parts = set(getattr(args, "parts", PARTS))
     result: dict[str, Any] = {"meeting": meeting}

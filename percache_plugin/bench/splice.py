@@ -92,7 +92,7 @@ def _fresh(model: Any, tok: Any, populated: Path, strategy: str) -> Iterator[Per
 def run(args: argparse.Namespace) -> dict[str, Any]:
     require_qmsum(args.data)
     torch.set_num_threads(args.threads)
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(status=True)
     rows: dict[str, list[dict[str, float]]] = {s: [] for s in args.strategies}
     examples = []
     for i in tqdm(range(args.samples), desc="samples"):

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     require_qmsum(args.data)
     torch.set_num_threads(args.threads)
     chunks, query = transcript_chunks(args.data, args.chunks, args.words)
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(status=True)
     segments = [SYSTEM, *chunks, query]
     gen = {"max_new_tokens": 1, "do_sample": False}
     opts = {"storage_dtype": args.storage_dtype, "verify_checksums": not args.no_verify}

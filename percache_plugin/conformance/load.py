@@ -3,7 +3,9 @@ or a built-in tiny family (``tiny:llama``)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -34,10 +36,11 @@ def default_min_agreement(name: str) -> float | None:
 
 
 def load_model(name: str, *, gguf_file: str | None = None, dtype: str = "float32",
-               trust_remote_code: bool = False) -> tuple[Any, Any]:
+               trust_remote_code: bool = False, status: bool = False) -> tuple[Any, Any]:
     """``(model, tokenizer)`` for ``name``: ``tiny:<family>``, ``smollm2``, or a local path /
     cached hub id for ``AutoModelForCausalLM`` and ``AutoTokenizer`` (nothing is downloaded
-    when ``HF_HUB_OFFLINE=1``, which the CLI sets).
+    when ``HF_HUB_OFFLINE=1``, which the CLI sets). ``status``: one percache status line on
+    standard error while a real model loads (:func:`~percache_plugin.loading.loading_status`).
 
     :raises ValueError: unknown dtype or tiny family.
     """
@@ -54,12 +57,18 @@ def load_model(name: str, *, gguf_file: str | None = None, dtype: str = "float32
     if name == SMOLLM2 and gguf_file is None:
         from ..bundled import load_smollm2
 
-        return load_smollm2(torch.float32 if torch_dtype == "auto" else torch_dtype)  # type: ignore[arg-type]
+        return load_smollm2(torch.float32 if torch_dtype == "auto" else torch_dtype,  # type: ignore[arg-type]
+                            status=status)
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..loading import loading_status
 
     extra: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if gguf_file is not None:
         extra["gguf_file"] = gguf_file
-    tokenizer = AutoTokenizer.from_pretrained(name, **extra)
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **extra)
+    where = str(Path(name).expanduser().resolve()) if Path(name).expanduser().exists() \
+        else f"the Hugging Face cache ({name})"
+    with loading_status(name, where) if status else contextlib.nullcontext():
+        tokenizer = AutoTokenizer.from_pretrained(name, **extra)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **extra)
     return model.eval(), tokenizer

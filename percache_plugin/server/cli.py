@@ -63,9 +63,8 @@ def run(args: argparse.Namespace) -> None:
     from .state import ServerSettings
 
     name = SMOLLM2 if args.model in BUNDLED_NAMES else args.model
-    print(f"percache serve: loading {name} ...", flush=True)
     try:
-        model, tok = load_model(name, dtype=args.dtype)
+        model, tok = load_model(name, dtype=args.dtype, status=True)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot load {name!r}: {type(exc).__name__}: {exc}",
                          "give 'bundled', a local model folder or a hub id in the offline cache") from exc
