@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,8 @@ from tests.helpers import baseline
 pytestmark = pytest.mark.slow
 
 SEGMENTS = [SYSTEM, *SAMPLE_CHUNKS, "Who borrowed the projector?"]
-# SmolLM2-135M decodes a token in about 70 ms on one thread of an idle laptop-class core; twice
-# that means the machine is busy with other work.
+# SmolLM2-135M decodes a token in about 70 ms on one thread of an idle laptop-class core; the
+# newcomer test's 60-s budget holds up to twice that (a quiet CI machine) and is scaled beyond.
 NOMINAL_DECODE_STEP_S = 0.15
 GEN = {"max_new_tokens": 12, "do_sample": False}
 
@@ -88,26 +87,32 @@ def test_idle_prediction_populates_the_banks(smollm2: tuple[Any, Any]) -> None:
 def test_newcomer_first_minute(smollm2: tuple[Any, Any], tmp_path: Path) -> None:
     """What a new user does first, with the defaults: fresh store, the demo notes, one idle
     minute. At least 3 questions predicted, the budget kept (plus one decode step), and a
-    paraphrase of a predicted question served from the QA bank."""
+    paraphrase of a predicted question served from the QA bank.
+
+    The 3-in-60-s check is hard. On a machine busy with other work it is scaled, not waived:
+    a decode step of this model is measured first, and when it is ``k`` times slower than
+    ``NOMINAL_DECODE_STEP_S`` the same work may take ``k`` times as long, so the idle phase is
+    extended (in budgeted calls) to ``60 * k`` seconds in all and the 3 predictions must come
+    within that. On a quiet machine ``k == 1``: exactly the 60-s check."""
     model, tok = smollm2
     pc = percache.enable(model, tok, store=tmp_path)
     # One decode step of this model on this machine, measured now.
     g = pc.generate(["Hi.", "Count to ten."], max_new_tokens=16, do_sample=False)
     step = (g.stats.total_s - g.stats.ttft_s) / max(1, g.stats.new_tokens - 1)
+    slowdown = max(1.0, step / NOMINAL_DECODE_STEP_S)
     pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
     report = pc.idle(budget_s=60)
-    print(report.summary(), f"decode step {step * 1000:.0f} ms", report.predicted)
+    print(report.summary(), f"decode step {step * 1000:.0f} ms (x{slowdown:.1f} nominal)", report.predicted)
     assert report.seconds <= 60 + 2 * step + 0.5, (report.seconds, step)
     predicted = list(report.predicted)
-    if step <= NOMINAL_DECODE_STEP_S:
-        assert len(predicted) >= 3, predicted
-    else:  # a machine several times slower than nominal: the count within the minute is not
-        # this test's to judge; the predictions themselves still must come
-        warnings.warn(f"decode step {step * 1000:.0f} ms: machine too loaded to judge the count "
-                      f"of predictions within 60 s ({len(predicted)})", stacklevel=1)
-        while len(predicted) < 3 and any(t.kind == "predict_knowledge" for t in pc.idle_queue.pending()):
-            predicted += pc.idle(max_tasks=1).predicted
-        assert len(predicted) >= 3, predicted
+    allowed, spent = 60 * slowdown, report.seconds
+    while len(predicted) < 3 and spent < allowed and len(pc.idle_queue):
+        more = pc.idle(budget_s=allowed - spent)
+        predicted += more.predicted
+        spent += more.seconds
+    assert len(predicted) >= 3, (f"{len(predicted)} questions predicted in {spent:.1f} s, allowed "
+                                 f"{allowed:.0f} s (60 s x{slowdown:.1f} for a {step * 1000:.0f} ms "
+                                 f"decode step): {predicted}")
     # On a loaded machine the minute may end before any answer is prepared: go on (no budget)
     # until the first predicted question has its answer.
     served: list[Any] = []
