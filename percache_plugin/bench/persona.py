@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import percache_plugin as percache
 
     torch.set_num_threads(args.threads)
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(status=True)
     model.eval()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     names = [n.strip() for n in args.arms.split(",") if n.strip()]
     if set(names) - set(ARMS) or not names:
         raise ValueError(f"--arms must name some of {ARMS}, got {args.arms!r}")
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(status=True)
     script = Script(SYSTEM, SCRIPT_QUESTIONS, args.turns, args.max_tokens, "smollm2")
     arms = {}
     for name in names:
