@@ -74,3 +74,16 @@ def test_recall_off_leaves_chat_exactly_as_without_memory(pair) -> None:  # type
     assert all(r.stats.fact_ids == [] for r in got)
     assert pc.assistant._embedder is None
     pc.disable()
+
+
+def test_a_fact_retrieved_by_ask_is_a_chunk_whose_kv_is_stored_once(pair) -> None:  # type: ignore[no-untyped-def]
+    model, tok = pair
+    pc = percache.enable(model, tok, embedder="hash", predict="off", relevance_threshold=None,
+                         memory_threshold=0.0, use_qa_bank=False)
+    fact = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact
+    first = pc.ask("Which Quillberry tea does Ana drink?", scope="ana", max_new_tokens=2)
+    second = pc.ask("When does Ana drink Quillberry tea?", scope="ana", max_new_tokens=2)
+    assert fact.id in first.sources and fact.id in second.sources
+    assert [n.extra.get("chunk") for n in pc.store.nodes()].count(fact.id) == 1
+    assert second.stats is not None and second.stats.nodes_reused >= 2  # system prompt + the fact
+    pc.disable()
