@@ -64,6 +64,7 @@ class AdapterSwitch:
         had = bool(self.loaded())
         before = self._active() if had else []
         was_disabled = self._disabled() if had else False
+        grads = self._grads()
         try:
             if self.peft_model:
                 self.model.load_adapter(str(path), adapter_name=name, is_trainable=False)
@@ -76,6 +77,18 @@ class AdapterSwitch:
             self._enable(not was_disabled)
         else:  # the model had no adapters: it stays the base model until a persona asks
             self._enable(False)
+        self._restore_grads(grads)
+
+    def _grads(self) -> dict[str, bool]:
+        return {name: p.requires_grad for name, p in self.model.named_parameters()}
+
+    def _restore_grads(self, grads: dict[str, bool]) -> None:
+        """``set_adapter`` and ``load_adapter`` change which adapter weights require grad: put
+        back what the user had (new adapter weights stay frozen)."""
+        for name, p in self.model.named_parameters():
+            want = grads.get(name, False)
+            if p.requires_grad != want:
+                p.requires_grad_(want)
 
     def _active(self) -> list[str]:
         active = self.model.active_adapters
@@ -126,7 +139,7 @@ class AdapterSwitch:
             return
         if name not in self.loaded():
             raise AdapterError(f"adapter {name!r} is not loaded into the model")
-        before, was_disabled = self._active(), self._disabled()
+        before, was_disabled, grads = self._active(), self._disabled(), self._grads()
         self._set([name])
         if was_disabled:
             self._enable(True)
@@ -136,3 +149,4 @@ class AdapterSwitch:
             self._set(before)
             if was_disabled:
                 self._enable(False)
+            self._restore_grads(grads)

@@ -140,8 +140,10 @@ def test_one_session_switching_persona_recomputes_under_the_new_adapter(tmp_path
 def test_a_peft_model_keeps_its_own_adapter_outside_persona_turns(tmp_path: Path) -> None:
     model, tok, dirs, reference = llama_with_loras(tmp_path)
     peft = pytest.importorskip("peft")
-    wrapped = peft.PeftModel.from_pretrained(model, str(dirs["a"]), adapter_name="mine")
+    wrapped = peft.PeftModel.from_pretrained(model, str(dirs["a"]), adapter_name="mine", is_trainable=True)
     wrapped.eval()
+    trainable = {n for n, p in wrapped.named_parameters() if p.requires_grad}
+    assert trainable  # the user's adapter is being trained
     pc = percache.enable(wrapped, tok)
     pc.personas.add("b", PROMPTS["b"], adapter=dirs["b"])
     pc.personas.add("plain", PROMPTS["plain"])
@@ -152,6 +154,7 @@ def test_a_peft_model_keeps_its_own_adapter_outside_persona_turns(tmp_path: Path
                         max_new_tokens=4)
         _check(reply, reference, adapter)
         assert wrapped.active_adapters == ["mine"]
+        assert {n for n, p in wrapped.named_parameters() if p.requires_grad} == trainable
     reply = pc.chat("Hello there.", max_new_tokens=4)  # no persona: the user's adapter ("a")
     _check(reply, reference, "a")
     pc.close()
