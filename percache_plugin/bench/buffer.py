@@ -5,7 +5,8 @@ replay of the K/V store's access pattern under QMSum-like questions, (ii) chat s
 repeated persona prefix and a growing session), (iii) real weight reads of a random-weight Llama
 whose decoder layers are offloaded to disk (accelerate), over a few generated tokens. For each,
 the hit ratio of LRU, LFU, LeCaR and the LLM-aware policy at cache sizes from 5% to 100% of the
-trace's distinct blocks; one plot per trace.
+trace's distinct blocks; one plot per trace. ``--kv-trace`` adds a recorded K/V trace (e.g. from
+``benchmarks/kv_trace_replay.py``, real QMSum questions and retrieval).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any
 import torch
 
 from ..buffer.cache import simulate
-from ..buffer.trace import Access, Tracer, blocks, write_trace
+from ..buffer.trace import Access, Tracer, blocks, read_trace, write_trace
 from ..buffer.workloads import chat_trace, qmsum_like_trace
 from .common import markdown_table, write_json
 
-__all__ = ["add_arguments", "run", "POLICIES", "offload_trace"]
+__all__ = ["add_arguments", "run", "POLICIES", "offload_trace", "recorded_trace", "sweep"]
 
 POLICIES = ("lru", "lfu", "lecar", "llm")
 SHARES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -32,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-kib", type=int, default=1024, help="block size of the simulation")
     p.add_argument("--out", type=Path, default=Path("bench-buffer"), help="folder for traces and plots")
     p.add_argument("--tokens", type=int, default=6, help="tokens generated in the offload trace")
+    p.add_argument("--kv-trace", type=Path, default=None,
+                   help="also simulate this recorded K/V trace (CSV, docs/TRACES.md), e.g. one "
+                        "written by benchmarks/kv_trace_replay.py from real QMSum questions")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
@@ -48,6 +52,15 @@ def offload_trace(tokens: int, hidden: int = 512, layers: int = 8) -> list[Acces
         with torch.no_grad():
             model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
     return tracer.accesses
+
+
+def recorded_trace(path: Path) -> list[Access]:
+    """A recorded trace (``--kv-trace``); UsageError names a missing file."""
+    from ..cli_errors import UsageError
+
+    if not path.is_file():
+        raise UsageError(f"--kv-trace {path}: no such file")
+    return read_trace(path)
 
 
 def sweep(accesses: list[Access], block: int) -> dict[str, Any]:
@@ -95,6 +108,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t = Tracer()
         fn(t)
         traces[name] = t.accesses
+    if args.kv_trace is not None:
+        traces["kv-replay"] = recorded_trace(args.kv_trace)
     traces["offload"] = offload_trace(args.tokens)
     result: dict[str, Any] = {"block_bytes": block}
     for name, accesses in traces.items():

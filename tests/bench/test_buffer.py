@@ -17,3 +17,18 @@ def test_drop_page_cache_visits_every_file(tmp_path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "b").write_bytes(b"y")
     assert drop_page_cache(tmp_path) == 2
+
+
+def test_a_recorded_kv_trace_is_read_and_a_missing_one_named(tmp_path) -> None:
+    import pytest
+
+    from percache_plugin.bench.buffer import recorded_trace
+    from percache_plugin.buffer.trace import write_trace
+    from percache_plugin.cli_errors import UsageError
+
+    trace = tmp_path / "kv.csv"
+    write_trace(trace, [Access(0, "r", f"kv/n{b}", 0, 2048, "") for _ in range(3) for b in range(8)])
+    with pytest.raises(UsageError, match="no such file"):
+        recorded_trace(tmp_path / "none.csv")
+    res = sweep(recorded_trace(trace), 1024)
+    assert res["reads"] == 48 and res["distinct_blocks"] == 16
