@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .cli_errors import UsageError
 from .handle import PerCache, enable
+from .rag.grounding import check_grounding
 
 __all__ = ["add_arguments", "run", "SAMPLE_CHUNKS", "SYSTEM"]
 
@@ -75,6 +76,8 @@ def _show(pc: PerCache, q: str, max_new: int) -> None:
         how = (f"generated in {a.latency_s:.1f} s, first token {s.ttft_s * 1000:.0f} ms, "
                f"reused {s.tokens_reused + s.tokens_shifted}/{s.prompt_tokens} prompt tokens")
     print(f"\nQ: {q}\n  {how}\n  A: {a.text}")
+    if a.unsupported:
+        print(f"  (not served to paraphrases: it names {'; '.join(a.unsupported)})")
 
 
 def paraphrase(question: str) -> str:
@@ -103,9 +106,16 @@ def _assistant(pc: PerCache, max_new: int, budget: float) -> None:
         predicted_note = "(none: the model's output held no usable question)"
     for q in predicted or [predicted_note]:
         print("   -", q)
-    if predicted:
+    held = [e for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted" and e.answer and e.stale]
+    for e in held:
+        reasons = check_grounding(e.answer or "", SAMPLE_CHUNKS).reasons()
+        why = f"it names {'; '.join(reasons)}" if reasons else "a later answer contradicted it"
+        print(f"  Held back, not served to paraphrases: {e.question!r} -> {e.answer!r}\n    ({why})")
+    served = [e.question for e in pc.qa_bank.entries(scope="me")
+              if e.origin == "predicted" and e.answer and not e.stale]
+    if served:
         print("\nOne of them, asked in other words, is served from the cache:")
-        _show(pc, paraphrase(predicted[0]), max_new)
+        _show(pc, paraphrase(served[0]), max_new)
     print("\nAnd the demo's own questions:")
     for q in QUESTIONS:
         _show(pc, q, max_new)
@@ -151,6 +161,7 @@ def run(args: argparse.Namespace) -> None:
         t = pc.stats()
         print(f"\nTotals: {t.requests} generations, {t.tokens_reused} prompt tokens reused exactly, "
               f"{t.tokens_shifted} shifted, {t.tokens_computed} computed; QA bank {t.qa_hits} hits "
-              f"of {t.qa_lookups} lookups; {pc.store.total_bytes() / 1e6:.1f} MB of K/V stored "
+              f"of {t.qa_lookups} lookups; {t.answers_flagged} of {t.answers_checked} generated "
+              f"answers held back by the grounding check; {pc.store.total_bytes() / 1e6:.1f} MB of K/V stored "
               f"(see 'percache store info {store}')")
         pc.close()
