@@ -13,7 +13,9 @@ Sets (``benchmarks/data``), each split into ``dev`` (tuned on) and ``heldout`` (
   conv-44, conv-47, conv-48 are dev; conv-49, conv-50 heldout. Adversarial questions
   (category 5, no answer) are left out.
 - Positives: ``paraphrase`` rows of ``qa_opposites.json``, the hand-written LoCoMo
-  paraphrases (``qa_locomo_paraphrases.json``) and the 78 QMSum paraphrases
+  paraphrases (``qa_locomo_paraphrases.json``), 30 paraphrases of QMSum val-split queries
+  (``qa_paraphrases_dev.json``, ``qmsum_paraphrase/dev``: tuned on) and the 78 QMSum
+  test-split paraphrases (``qmsum_paraphrase/test``: never tuned on)
   (``qa_paraphrases.json``; the QMSum bank here holds every query of the meeting, scoped,
   without the retrieval-consistency guard: see ``qa_eval.py`` for the full QMSum run).
 
@@ -56,6 +58,7 @@ SETTINGS: dict[str, tuple[bool, tuple[str, ...]]] = {
     "similarity only": (False, ()),
     "key terms (before)": (True, ()),
     **{f"key terms + {g}": (True, (g,)) for g in MEANING_GUARDS},
+    "key terms + meaning without residue": (True, ("polarity", "antonym", "qtype", "object")),
     "key terms + meaning (default)": (True, tuple(sorted(DEFAULT_MEANING_GUARDS))),
     "key terms + meaning + words": (True, MEANING_GUARDS),
 }
@@ -125,12 +128,17 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     para = json.loads((DATA_DIR / "qa_locomo_paraphrases.json").read_text("utf-8"))["pairs"]
     qm_pairs = json.loads((DATA_DIR / "qa_paraphrases.json").read_text("utf-8"))["pairs"]
     meetings = {m.id: m for m in iter_meetings(args.qmsum, "test")} if args.qmsum else {}
+    qm_dev = json.loads((DATA_DIR / "qa_paraphrases_dev.json").read_text("utf-8"))["pairs"]
+    val = {m.id: m for m in iter_meetings(args.qmsum, "val")} if args.qmsum else {}
 
     texts = [p["stored"] for p in opposites + same] + [p["probe"] for p in opposites + same]
     texts += [q for s in loco_q.values() for q, _ in s] + [p["paraphrase"] for p in para]
     for p in qm_pairs:
         if p["meeting"] in meetings:
             texts += [q.text for q in meetings[p["meeting"]].queries] + [p["paraphrase"]]
+    for p in qm_dev:
+        if p["meeting"] in val:
+            texts += [q.text for q in val[p["meeting"]].queries] + [p["paraphrase"]]
     texts = list(dict.fromkeys(texts))
     vec = dict(zip(texts, _embed(embedder, texts, args.cache), strict=True))
 
@@ -150,14 +158,16 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     for p in para:
         cases[("locomo_paraphrase", p["split"])].append(
             (scoped, answers[(p["sample"], p["query"])], f"{p['sample']}\n{p['paraphrase']}"))
-    for p in qm_pairs:
-        if p["meeting"] not in meetings:
-            continue
-        m = meetings[p["meeting"]]
-        for q in m.queries:
-            scoped.add(q.text, q.answer, scope=m.id, embedding=vec[q.text])
-        answer = next(q.answer for q in m.queries if q.text == p["query"])
-        cases[("qmsum_paraphrase", "all")].append((scoped, answer, f"{m.id}\n{p['paraphrase']}"))
+    # QMSum val-split paraphrases are the dev positives the guards are tuned on; test: never.
+    for pairs, found, split in ((qm_pairs, meetings, "test"), (qm_dev, val, "dev")):
+        for p in pairs:
+            if p["meeting"] not in found:
+                continue
+            m = found[p["meeting"]]
+            for q in m.queries:
+                scoped.add(q.text, q.answer, scope=m.id, embedding=vec[q.text])
+            answer = next(q.answer for q in m.queries if q.text == p["query"])
+            cases[("qmsum_paraphrase", split)].append((scoped, answer, f"{m.id}\n{p['paraphrase']}"))
 
     table: dict[str, dict[str, dict[str, object]]] = {}
     timing: list[float] = []

@@ -171,7 +171,9 @@ class Config:
         "QA-bank meaning guards that must pass before a stored answer is served for another "
         "question: 'polarity' (negated or not), 'antonym' (a word swapped for its opposite), "
         "'qtype' (another kind of answer asked for), 'object' (another event or object), "
-        "'words' (content-word overlap; off by default: it costs paraphrase hits). () turns "
+        "'residue' (the words the two questions do not share must mean the same: one embedder "
+        "call per candidate reaching tau), 'words' (content-word overlap; off by default: it "
+        "costs paraphrase hits). () turns "
         "them all off. A refusal is named in Answer.rejected_by; a hit served while a guard "
         "is off that it would have refused is counted in qa_bank.stats() "
         "('served_with_guard_off'). See docs/BENCHMARKS.md, 'QA bank: opposite meanings'.",

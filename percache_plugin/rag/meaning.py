@@ -22,6 +22,9 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
     the two questions are the same sentence but for one or two content words on each side,
     in a noun's slot (after an article or possessive, or before a shared content word): a
     swap of the event or object ("the budget meeting" / "the design meeting").
+``residue``
+    the content words one question has and the other lacks must mean the same (an embedding
+    check, see :mod:`percache_plugin.rag.residue`; run by the QA bank, not here).
 ``words`` (off by default)
     the content words (cut to 5 letters) of the two questions overlap by at least
     ``WORDS_MIN_JACCARD`` (Jaccard): a different question about the same person and thing
@@ -39,8 +42,8 @@ from percache_plugin.rag.antonyms import ANTONYM_PAIRS
 
 __all__ = ["DEFAULT_MEANING_GUARDS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "question_shape", "stem"]
 
-MEANING_GUARDS: Final = ("polarity", "antonym", "qtype", "object", "words")
-DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object"))
+MEANING_GUARDS: Final = ("polarity", "antonym", "qtype", "object", "residue", "words")
+DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object", "residue"))
 WORDS_MIN_JACCARD: Final = 0.25
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _NEGATIONS = frozenset("not never no nothing nobody none neither nor without cannot".split())
@@ -87,6 +90,9 @@ _REQUEST = re.compile(
     r"(?=summari[sz]e|recap|explain|describe|list|outline|remind)|^do you (?:know|remember) |"
     r"^i (?:want|would like|need) to know |^i wonder |^any idea "
 )
+_LEAD_CLAUSE = re.compile(r"^(?:when|while|during|after|before|in|with|as|at)\b[^,?]*,\s*")
+_MAIN_START = re.compile(r"^(?:what|which|who|whom|whose|when|where|why|how|is|are|was|were|do|"
+                         r"does|did|has|have|had|can|could|will|would)\b")
 # Question types that may be answered by one answer: what/how/which overlap with each other
 # and with reasons; every other type only with itself.
 _COMPATIBLE = frozenset({("manner", "thing"), ("reason", "thing"), ("manner", "reason")})
@@ -124,18 +130,22 @@ _PREFIXES = ("un", "dis", "in", "im", "non", "ir", "il")
 class QuestionShape:
     """``negated``: an odd number of negations; ``kind``: the question type; ``words``: the
     stems in order (function words included, for the object swap); ``content``: the content
-    stems."""
+    stems; ``surface``: the words as written, one per stem of ``words``."""
 
     negated: bool
     kind: str
     words: tuple[str, ...]
     content: frozenset[str]
+    surface: tuple[str, ...] = ()
 
 
 def question_kind(text: str) -> str:
     """The kind of answer a question asks for (see the module docstring)."""
     text = _REQUEST.sub("", text.strip().lower().replace("’", "'"))
     text = re.sub(r"^(?:and|so|but|ok|okay|hey|also|then)\b[, ]*", "", text)
+    clause = _LEAD_CLAUSE.match(text)  # "When X came up, what did Y find?": the main clause
+    if clause and _MAIN_START.match(text[clause.end():]):
+        text = text[clause.end():]
     for kind, pattern in _KINDS:
         if pattern.search(text):
             return kind
@@ -146,9 +156,10 @@ def question_shape(question: str) -> QuestionShape:
     text = question.lower().replace("’", "'")
     tokens = _WORD.findall(_CONTRACTED.sub(" not", text))
     negations = sum(t in _NEGATIONS for t in tokens)
-    words = tuple(stem(t.split("'")[0]) for t in tokens if t not in _NEGATIONS)
+    surface = tuple(t.split("'")[0] for t in tokens if t not in _NEGATIONS)
+    words = tuple(stem(t) for t in surface)
     content = frozenset(w for w in words if w not in _FUNCTION_STEMS)
-    return QuestionShape(negations % 2 == 1, question_kind(question), words, content)
+    return QuestionShape(negations % 2 == 1, question_kind(question), words, content, surface)
 
 
 _FUNCTION_STEMS: Final = frozenset(stem(w) for w in _FUNCTION)

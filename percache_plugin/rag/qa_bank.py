@@ -141,6 +141,7 @@ class QABank(QABankBase):
             judged, served = judge_candidates(
                 question, found, self._mem.slots, tau=tau, retrieved=got,
                 min_overlap=min_overlap, key_terms=key_terms, meaning=meaning,
+                embed=self._embedder.embed,
             )
             first = self._match(judged[0]) if judged else None
             if served is not None:

@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from percache_plugin.rag.guards import Verdict, judge, question_terms, terms_agree
 from percache_plugin.rag.meaning import MEANING_GUARDS, meaning_checks, question_shape
 from percache_plugin.rag.qa_memory import Slot
+from percache_plugin.rag.residue import Embed, residue_agrees
 
 __all__ = ["Judged", "judge_candidates"]
 
@@ -23,16 +24,20 @@ def judge_candidates(
     min_overlap: float,
     key_terms: bool,
     meaning: Collection[str],
+    embed: Embed | None = None,
 ) -> tuple[list[Judged], Judged | None]:
     """Judge ``candidates`` (``(id, cosine)``, best first) until one passes every guard or
     the similarity falls below ``tau``. Returns every verdict and the one served, if any.
-    Every meaning guard is computed; those not in ``meaning`` only report (``off_failed``)."""
+    Every meaning guard is computed; those not in ``meaning`` only report (``off_failed``).
+    The ``residue`` guard needs ``embed`` and runs only for candidates reaching ``tau``."""
     terms = question_terms(question) if key_terms else None
     shape = question_shape(question)
     judged: list[Judged] = []
     for entry_id, sim in candidates:
         slot = slots[entry_id]
         checks = meaning_checks(shape, slot.shape, MEANING_GUARDS)
+        if embed is not None and sim >= tau:
+            checks["residue"] = residue_agrees(shape, slot.shape, embed)
         verdict = judge(
             sim,
             tau=tau,
