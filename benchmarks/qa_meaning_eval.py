@@ -58,8 +58,8 @@ SETTINGS: dict[str, tuple[bool, tuple[str, ...]]] = {
     "similarity only": (False, ()),
     "key terms (before)": (True, ()),
     **{f"key terms + {g}": (True, (g,)) for g in MEANING_GUARDS},
-    "key terms + meaning without residue": (True, ("polarity", "antonym", "qtype", "object")),
     "key terms + meaning (default)": (True, tuple(sorted(DEFAULT_MEANING_GUARDS))),
+    "key terms + meaning + residue (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS), "residue")),
     "key terms + meaning + words": (True, MEANING_GUARDS),
 }
 _GENERIC = frozenset("thing kind type way time activity event name someone something".split())

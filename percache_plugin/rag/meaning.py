@@ -22,7 +22,7 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
     the two questions are the same sentence but for one or two content words on each side,
     in a noun's slot (after an article or possessive, or before a shared content word): a
     swap of the event or object ("the budget meeting" / "the design meeting").
-``residue``
+``residue`` (off by default)
     the content words one question has and the other lacks must mean the same (an embedding
     check, see :mod:`percache_plugin.rag.residue`; run by the QA bank, not here).
 ``words`` (off by default)
@@ -43,7 +43,7 @@ from percache_plugin.rag.antonyms import ANTONYM_PAIRS
 __all__ = ["DEFAULT_MEANING_GUARDS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "question_shape", "stem"]
 
 MEANING_GUARDS: Final = ("polarity", "antonym", "qtype", "object", "residue", "words")
-DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object", "residue"))
+DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object"))
 WORDS_MIN_JACCARD: Final = 0.25
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _NEGATIONS = frozenset("not never no nothing nobody none neither nor without cannot".split())

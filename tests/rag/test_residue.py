@@ -44,9 +44,9 @@ def test_qa_bank_refuses_a_different_question_about_the_same_person_as_residue()
     bank = QABank(None, load_embedder("hash"), byte_limit=None)
     bank.add("When did Jolene buy her pet Seraphim?", "In May.")
     probe = "When did Jolene take Seraphim to the park?"
-    on = bank.lookup(probe, tau=0.3)
+    on = bank.lookup(probe, tau=0.3, meaning=("polarity", "antonym", "qtype", "object", "residue"))
     assert on.match is None and on.rejected_by == "residue"
-    off = bank.lookup(probe, tau=0.3, meaning=("polarity", "antonym", "qtype", "object"))
+    off = bank.lookup(probe, tau=0.3)  # the default: residue is off
     assert off.match is not None
     assert bank.stats()["served_with_guard_off"]["residue"] == 1  # type: ignore[index]
 
