@@ -97,15 +97,17 @@ def _assistant(pc: PerCache, max_new: int, budget: float) -> None:
           "preparing their answers ...", flush=True)
     idle = pc.idle(budget_s=budget, progress=True)
     print(f"  {idle.summary()}")
-    predicted = [e.question for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted"]
-    print("  Questions the cache prepared answers for:")
+    entries = [e for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted"]
+    answered = {e.question for e in entries if e.answer}
+    predicted = list(dict.fromkeys([*idle.predicted, *(e.question for e in entries)]))
+    print("  Questions predicted (their answers are prepared in idle time):")
     if not predicted and idle.remaining:
         predicted_note = (f"(none yet: the budget ran out with {idle.remaining} tasks left; "
                           "a slower or busy machine needs a larger --idle-budget)")
     else:
         predicted_note = "(none: the model's output held no usable question)"
     for q in predicted or [predicted_note]:
-        print("   -", q)
+        print("   -", q, "" if q in answered or q == predicted_note else "[answer not prepared yet]")
     held = [e for e in pc.qa_bank.entries(scope="me") if e.origin == "predicted" and e.answer and e.stale]
     for e in held:
         reasons = check_grounding(e.answer or "", SAMPLE_CHUNKS).reasons()
