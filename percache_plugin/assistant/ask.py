@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from ..best_effort import best_effort
 from ..decode.sources import QA_BANK, DraftHints
 from ..rag.embeddings import DEFAULT_MODEL_NAME
@@ -41,6 +43,8 @@ class Answer:
     :ivar latency_s: wall time of the whole call.
     :ivar relevance: cosine similarity of the question and its best retrieved chunk (None when
         nothing was retrieved or for QA-bank hits); see ``Config.relevance_threshold``.
+    :ivar relevance_embedded: retrieved chunks that had no stored vector (hook
+        ``percache_chunk_vectors``), embedded during this call to compute ``relevance``.
     :ivar unsupported: for a generated answer, why it is not served to paraphrases: facts
         its sources do not support (``Config.answer_grounding``); empty when it is served.
     """
@@ -55,6 +59,7 @@ class Answer:
     latency_s: float = 0.0
     relevance: float | None = None
     unsupported: tuple[str, ...] = ()
+    relevance_embedded: int = 0
 
 
 def _ordered(chunks: Sequence[Chunk]) -> list[Chunk]:
@@ -117,16 +122,23 @@ def no_documents_text(scope: str | None) -> str:
             "from them.")
 
 
-def best_relevance(a: Assistant, query: Query, chunks: list[Chunk]) -> float | None:
-    """Cosine similarity of the question and its most similar retrieved chunk (the knowledge
-    bank's stored vectors; chunks it never saw, from another retriever, are embedded now)."""
+def best_relevance(a: Assistant, query: Query, chunks: list[Chunk]) -> tuple[float | None, int]:
+    """Cosine similarity of the question and its most similar retrieved chunk, and how many
+    chunks had no stored vector.
+
+    Vectors come from hook ``percache_chunk_vectors`` (the default: the knowledge bank's).
+    Chunks no plugin has a vector for (a third-party retriever's own chunks) are embedded now
+    with the banks' embedder, the one ``query`` is embedded with; the count says how many."""
     if not chunks:
-        return None
-    try:
-        vectors = a.knowledge.index.vectors([c.id for c in chunks])
-    except (KeyError, LookupError):
-        vectors = a.embedder.embed([c.text for c in chunks])
-    return float((vectors @ query.embedding).max())
+        return None, 0
+    stored = a.hooks.chunk_vectors(a.ctx, chunks)
+    missing = [c for c in chunks if c.id not in stored]
+    fresh = iter(a.embedder.embed([c.text for c in missing]) if missing else ())
+    vectors = np.stack([stored[c.id] if c.id in stored else next(fresh) for c in chunks])
+    if missing and a.config.debug_log:
+        log.info("percache relevance: %d retrieved chunk(s) had no stored vector; embedded now",
+                 len(missing))
+    return float((vectors @ query.embedding).max()), len(missing)
 
 
 def relevant(a: Assistant, chunks: list[Chunk], relevance: float | None) -> bool:
@@ -162,16 +174,18 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
                      query.text, entry.question, result.match.similarity, entry.id)
         return Answer(entry.answer or "", "qa_bank", entry.sources, entry.question,
                       result.match.similarity, latency_s=time.perf_counter() - t0)
-    relevance = best_relevance(a, query, chunks)
+    relevance, embedded = best_relevance(a, query, chunks)
     if not relevant(a, chunks, relevance):
         if a.config.debug_log:
             log.info("percache no relevant documents for %r (best chunk similarity %s)",
                      query.text, "none" if relevance is None else f"{relevance:.3f}")
         return Answer(no_documents_text(scope), "no_documents", (),
                       rejected_by=result.rejected_by if result is not None else None,
-                      latency_s=time.perf_counter() - t0, relevance=relevance)
+                      latency_s=time.perf_counter() - t0, relevance=relevance,
+                      relevance_embedded=embedded)
     answer = generate_answer(a, query, scope, chunks, **generate_kwargs)
     answer.relevance = relevance
+    answer.relevance_embedded = embedded
     answer.rejected_by = result.rejected_by if result is not None else None
     answer.latency_s = time.perf_counter() - t0
     return answer

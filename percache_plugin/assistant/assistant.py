@@ -7,6 +7,7 @@ exposes them for listing and correcting only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..best_effort import best_effort
@@ -19,6 +20,7 @@ from ..idle import IdleQueue, IdleReport, IdleTask
 from ..kv.store import DB_NAME
 from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
 from ..predict.state import PredictionState
+from ..rag.chunking import Document
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.knowledge import AddReport, KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
@@ -131,9 +133,12 @@ class Assistant:
         return self.engine.preemption.foreground(self.engine.lock)
 
     def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:
-        """Add documents to the knowledge bank; stale answers are queued for refresh."""
+        """Add documents (hook ``percache_add_documents``, the default: the knowledge bank);
+        stale answers are queued for refresh."""
         with self._foreground():
-            report = self.knowledge.add_documents(docs, scope=scope)
+            if isinstance(docs, (str, bytes, Mapping, Document)):
+                docs = [docs]
+            report = self.hooks.add_documents(self.ctx, list(docs), scope)
             self.hooks.documents_added(self.ctx, report)
             by_scope: dict[str | None, list[str]] = {}
             for c in report.new_chunks:
@@ -181,7 +186,7 @@ class Assistant:
         if kind not in ("knowledge", "history"):
             raise ValueError(f"kind must be 'knowledge' or 'history', got {kind!r}")
         if kind == "knowledge":
-            ids = [c.id for c in self.knowledge.chunks() if scope is None or c.scope == scope]
+            ids = self.hooks.list_chunks(self.ctx, scope)
             return queue_knowledge_predictions(self, scope, ids, rounds=rounds)
         return sum(self.idle_queue.push("predict_history", f"manual round {r + 1}", scope)
                    for r in range(rounds))

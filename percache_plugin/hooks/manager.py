@@ -12,6 +12,7 @@ from . import specs
 from .specs import PROJECT
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from ..attention.masks import MaskFunction
@@ -158,6 +159,20 @@ class Hooks:
         """The chunks of ``ids`` in order, or None when no plugin knows all of them."""
         found = self._hook.percache_resolve_chunks(ctx=ctx, ids=list(ids))
         return None if found is None else list(found)
+
+    def chunk_vectors(self, ctx: AssistantContext, chunks: Sequence[Chunk]) -> dict[str, np.ndarray]:
+        """Stored vectors of the chunks a plugin knows, by id (none when no plugin does)."""
+        return dict(self._hook.percache_chunk_vectors(ctx=ctx, chunks=list(chunks)) or {})
+
+    def add_documents(self, ctx: AssistantContext, docs: Sequence[object], scope: str | None) -> AddReport:
+        report = self._hook.percache_add_documents(ctx=ctx, docs=docs, scope=scope)
+        if report is None:
+            raise LookupError("no plugin adds documents (is the knowledge-bank plugin registered?)")
+        return report
+
+    def list_chunks(self, ctx: AssistantContext, scope: str | None) -> list[str]:
+        """Ids of the indexed chunks of ``scope`` (every scope for None; none when no plugin lists)."""
+        return list(self._hook.percache_list_chunks(ctx=ctx, scope=scope) or [])
 
     def qa_lookup(self, ctx: AssistantContext, query: Query, scope: str | None,
                   retrieved: Sequence[str]) -> LookupResult | None:

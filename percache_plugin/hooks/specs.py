@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from ..attention.masks import MaskFunction
@@ -250,6 +251,48 @@ def percache_resolve_chunks(ctx: AssistantContext, ids: Sequence[str]) -> list[C
     :param ctx: the assistant context.
     :param ids: chunk ids.
     :return: the chunks in the order of ``ids``, or None to defer (no plugin: the task is skipped).
+    """
+
+
+@hookspec(firstresult=True)
+def percache_chunk_vectors(ctx: AssistantContext, chunks: Sequence[Chunk]) -> dict[str, np.ndarray] | None:
+    """The stored embeddings of retrieved chunks, for ask()'s relevance check
+    (``Config.relevance_threshold``, ``Answer.relevance``). firstresult.
+
+    The default returns the knowledge bank's vectors of the chunks it indexed with the same
+    text. Chunks no plugin returns a vector for (a third-party retriever's own chunks) are
+    embedded now with the banks' embedder, the one the question is embedded with, and
+    counted in ``Answer.relevance_embedded``.
+
+    :param ctx: the assistant context.
+    :param chunks: the chunks ``percache_retrieve`` returned.
+    :return: unit vectors by chunk id (chunks the plugin does not know left out), or None to
+        defer (no plugin: every chunk is embedded now).
+    """
+
+
+@hookspec(firstresult=True)
+def percache_add_documents(ctx: AssistantContext, docs: Sequence[object], scope: str | None) -> AddReport | None:
+    """Chunk, embed and index documents (``PerCache.add_documents``). firstresult.
+
+    The default adds them to the knowledge bank. The report's ``new_chunks`` go on to
+    ``percache_documents_added`` and to knowledge predictions.
+
+    :param ctx: the assistant context.
+    :param docs: the documents, a list (each a str, bytes, a mapping or a ``Document``).
+    :param scope: the scope of documents that carry none.
+    :return: what was added, or None to defer (no plugin: LookupError).
+    """
+
+
+@hookspec(firstresult=True)
+def percache_list_chunks(ctx: AssistantContext, scope: str | None) -> list[str] | None:
+    """The ids of the indexed chunks, in the order added (``PerCache.predict("knowledge")``
+    queues questions about each). firstresult.
+
+    :param ctx: the assistant context.
+    :param scope: chunks of this scope only; None lists every scope.
+    :return: chunk ids, or None to defer (no plugin: none).
     """
 
 

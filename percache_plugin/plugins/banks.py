@@ -17,6 +17,8 @@ from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..core.query import Query
     from ..hooks.contexts import AssistantContext
     from ..rag.chunking import Chunk
@@ -65,6 +67,25 @@ class KnowledgeRetrieval:
     def percache_close(self, ctx: AssistantContext) -> None:
         if self._bank is not None:
             self._bank.close()
+
+    @hookimpl(trylast=True)
+    def percache_add_documents(self, ctx: AssistantContext, docs: Sequence[object],
+                               scope: str | None) -> AddReport:
+        return self.bank(ctx).add_documents(docs, scope=scope)  # type: ignore[arg-type]
+
+    @hookimpl(trylast=True)
+    def percache_list_chunks(self, ctx: AssistantContext, scope: str | None) -> list[str]:
+        return [c.id for c in self.bank(ctx).chunks() if scope is None or c.scope == scope]
+
+    @hookimpl(trylast=True)
+    def percache_chunk_vectors(self, ctx: AssistantContext,
+                               chunks: Sequence[Chunk]) -> dict[str, np.ndarray] | None:
+        index = self.bank(ctx).index
+        # Only chunks this bank indexed with the same text: another retriever may reuse an id.
+        mine = [c.id for c in chunks if c.id in index and index.chunk(c.id).text == c.text]
+        if not mine:
+            return None
+        return dict(zip(mine, index.vectors(mine), strict=True))
 
     @hookimpl(trylast=True)
     def percache_resolve_chunks(self, ctx: AssistantContext, ids: Sequence[str]) -> list[Chunk] | None:

@@ -66,8 +66,11 @@ def test_every_hook_is_exercised(tmp_path: Path) -> None:
     pc.generate(SEGMENTS, max_new_tokens=2)  # hit: plan + load
     pc.generate([SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[-1]], max_new_tokens=2)  # shifted
     pc.complete("A plain prompt.", max_new_tokens=2)  # plain_prompt
-    report = pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."])  # documents_added
-    pc.ask("When is the rehearsal?", max_new_tokens=2)  # retrieve, qa_lookup (miss), qa_store
+    # add_documents, then documents_added
+    report = pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."])
+    # retrieve, qa_lookup (miss), chunk_vectors (relevance), qa_store
+    pc.ask("When is the rehearsal?", max_new_tokens=2)
+    pc.predict("knowledge")  # list_chunks
     assert pc.hooks.resolve_chunks(pc.assistant.ctx, [c.id for c in report.new_chunks])
     pc.hooks.model_profile(model)
     pc.configure(similarity_threshold=0.5)  # queue_conversions: qa_entries

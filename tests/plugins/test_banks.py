@@ -6,11 +6,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 import percache_plugin as percache
 from percache_plugin.assistant.ask import QA_DRAFT_SIMILARITY
 from percache_plugin.rag.chunking import Chunk
+from percache_plugin.rag.knowledge import AddReport
 from percache_plugin.rag.qa_types import LookupResult, QAEntry
 from tests.helpers import tiny_pair
 
@@ -145,4 +147,82 @@ def test_a_replacement_qa_bank_gets_every_qa_call() -> None:
     assert bank.calls[-1] == "mark_stale [1, 2]"
     assert pc.correct(2, "Friday at six.").answer == "Friday at six."
     assert "correct 2" in bank.calls
+    pc.close()
+
+
+class ListKnowledge:
+    """A knowledge bank of its own: one chunk per document, each with a fixed vector."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.chunks: list[Chunk] = []
+        self.calls: list[str] = []
+
+    @percache.hookimpl
+    def percache_add_documents(self, ctx: Any, docs: Sequence[object], scope: str | None) -> AddReport:
+        self.calls.append(f"add {len(docs)} {scope}")
+        new = tuple(Chunk(id=f"own-{len(self.chunks) + i}", doc_id="own", index=len(self.chunks) + i,
+                          text=str(d), scope=scope) for i, d in enumerate(docs))
+        self.chunks.extend(new)
+        return AddReport(documents=len(docs), new_chunks=new, duplicate_chunks=0)
+
+    @percache.hookimpl
+    def percache_list_chunks(self, ctx: Any, scope: str | None) -> list[str]:
+        self.calls.append(f"list {scope}")
+        return [c.id for c in self.chunks if scope is None or c.scope == scope]
+
+    @percache.hookimpl
+    def percache_retrieve(self, ctx: Any, query: Any, k: int, scope: Any) -> list[Chunk]:
+        self.calls.append("retrieve")
+        return [c for c in self.chunks if c.scope == scope][:k]
+
+    @percache.hookimpl
+    def percache_resolve_chunks(self, ctx: Any, ids: Sequence[str]) -> list[Chunk] | None:
+        known = {c.id: c for c in self.chunks}
+        return [known[i] for i in ids] if all(i in known for i in ids) else None
+
+    @percache.hookimpl
+    def percache_chunk_vectors(self, ctx: Any, chunks: Sequence[Chunk]) -> dict[str, np.ndarray]:
+        self.calls.append(f"vectors {[c.id for c in chunks]}")
+        unit = np.ones(self.dim, np.float32) / np.sqrt(self.dim)
+        return {c.id: -unit for c in chunks if c.id.startswith("own-")}
+
+
+def test_a_replacement_knowledge_bank_gets_documents_predictions_and_relevance() -> None:
+    """add_documents, predict("knowledge") and ask()'s relevance reach a replacement knowledge
+    plugin; the built-in bank is never opened."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", predict="off", relevance_threshold=0.5)
+    pc.plugins.unregister(name="percache_plugin.plugins.banks:KnowledgeRetrieval")
+    own = ListKnowledge(pc.assistant.embedder.dim)
+    pc.plugins.register(own)
+    report = pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."], scope="work")
+    assert [c.id for c in report.new_chunks] == ["own-0", "own-1"]
+    assert own.calls == ["add 2 work"]
+    assert pc.predict("knowledge", scope="work") > 0
+    assert own.calls[-1] == "list work"
+    answer = pc.ask("When is the rehearsal?", scope="work", **GEN)
+    assert own.calls[-2:] == ["retrieve", "vectors ['own-0', 'own-1']"]
+    # The plugin's vectors, not the embedder's: relevance is the cosine with -unit.
+    query = pc.assistant.query("When is the rehearsal?").embedding
+    expected = float(query @ (-np.ones_like(query) / np.sqrt(query.size)))
+    assert answer.relevance == pytest.approx(expected, abs=1e-5)
+    assert answer.relevance_embedded == 0
+    assert answer.source == "no_documents"  # below the threshold: the plugin's vectors decided
+    with pytest.raises(LookupError, match="not registered"):
+        pc.knowledge  # noqa: B018
+    pc.close()
+
+
+def test_chunks_no_plugin_knows_are_embedded_for_relevance_and_counted() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", predict="off")
+    pc.add_documents(["Ana: rehearsal on Friday."])
+    ext = ExternalRetrieval()
+    pc.plugins.register(ext)
+    answer = pc.ask("When does the tram pass renew?", **GEN)
+    assert answer.relevance_embedded == 2  # the built-in bank knows neither external chunk
+    vectors = pc.assistant.embedder.embed([c.text for c in ext.chunks])
+    query = pc.assistant.query("When does the tram pass renew?").embedding
+    assert answer.relevance == pytest.approx(float((vectors @ query).max()), abs=1e-5)
     pc.close()
