@@ -135,16 +135,18 @@ def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_n
                    (st.tokens_reused + st.tokens_shifted) if st else 0, queue_s, ttft,
                    time.perf_counter() - arrived, answer.source, tuple(answer.sources),
                    answer.matched_question, answer.similarity, st,
-                   tuple(_snippet(pc, c) for c in answer.sources))
+                   _snippets(pc, answer.sources))
 
 
-def _snippet(pc: Any, chunk_id: str, chars: int = 160) -> str:
-    """The start of a source chunk's text ("" if it left the bank meanwhile)."""
-    try:
-        text = str(pc.knowledge.chunk(chunk_id).text)
-    except KeyError:
-        return ""
-    return text if len(text) <= chars else text[:chars].rstrip() + "…"
+def _snippets(pc: Any, chunk_ids: Sequence[str], chars: int = 160) -> tuple[str, ...]:
+    """The start of each source chunk's text, resolved through the hooks (whichever retrieval
+    plugin knows them); "" for a chunk no plugin knows any more."""
+    texts = []
+    for chunk_id in chunk_ids:
+        found = pc.hooks.resolve_chunks(pc.assistant.ctx, [chunk_id])
+        text = str(found[0].text) if found else ""
+        texts.append(text if len(text) <= chars else text[:chars].rstrip() + "…")
+    return tuple(texts)
 
 
 class _Uncancellable(StoppingCriteria):
