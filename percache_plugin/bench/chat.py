@@ -29,11 +29,10 @@ from ..handle import enable
 from ..session.layout import ChatLayout
 from .chat_methods import CarriedArm, PercacheArm, TurnRow, prefill_row, window_ids
 from .chat_summary import summary
-from .common import THREADS_HELP, markdown_table, write_json
+from .common import DEFAULT_LOCOMO, THREADS_HELP, markdown_table, write_json
 
 __all__ = ["add_arguments", "run", "locomo_messages", "sampled_turns", "shared_copy"]
 
-DEFAULT_LOCOMO = Path("../shared/data/locomo/locomo_dev5.json")
 SYSTEM = "You are a friendly assistant. Reply in one or two short sentences."
 METHODS = ("reprefill", "carried", "window", "exact", "shifted", "masked", "restart")
 MODES = ("exact", "shifted", "masked")

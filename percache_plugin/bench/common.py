@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_QMSUM", "QMSUM_HINT", "THREADS_HELP", "spread", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
+__all__ = ["DEFAULT_QMSUM", "DEFAULT_LOCOMO", "QMSUM_HINT", "THREADS_HELP", "spread", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
 
 DEFAULT_QMSUM = Path("../shared/data/qmsum")
+DEFAULT_LOCOMO = Path("../shared/data/locomo/locomo_dev5.json")
 QMSUM_HINT = ("the benchmarks replay real meeting transcripts from QMSum "
               "(https://github.com/Yale-LILY/QMSum, its data/ folder with ALL/train|val|test): "
               f"put it at {DEFAULT_QMSUM} (relative to where you run percache) or pass --data PATH")

@@ -35,7 +35,7 @@ from ..bundled import load_smollm2
 from ..handle import PerCache, enable
 from ..memory.idle import queue_turns
 from ..segments import Segment
-from .common import THREADS_HELP, markdown_table, median, write_json
+from .common import DEFAULT_LOCOMO, THREADS_HELP, markdown_table, median, write_json
 from .memory_data import (
     UNANSWERABLE,
     Conversation,
@@ -50,7 +50,6 @@ from .memory_data import (
 
 __all__ = ["add_arguments", "run"]
 
-DEFAULT_LOCOMO = Path("../shared/data/locomo/locomo_dev5.json")
 METHODS = ("full", "window", "raw", "facts", "facts+raw")
 SYSTEM = (f"Answer the question about the conversation in a few words. If the conversation "
           f"does not say, answer '{UNANSWERABLE}'.")
