@@ -63,8 +63,8 @@ def openai_routes(state: ServerState) -> list[Route]:
 
         return handle
 
-    chat = endpoint("chat", parse_chat, lambda req: chat_ids(pc.tokenizer, req.messages))
-    completions = endpoint("text", parse_completion, lambda req: text_ids(pc.tokenizer, req.prompt))
+    chat = endpoint("chat", parse_chat, lambda req: chat_ids(state.tokenizer, req.messages))
+    completions = endpoint("text", parse_completion, lambda req: text_ids(state.tokenizer, req.prompt))
 
     return [
         Route("/v1/models", models, methods=["GET"]),

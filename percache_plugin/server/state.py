@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ class ServerState:
         self.settings = settings
         self.runner = Runner(pc, idle_worker=settings.idle_worker)
         self.created = int(time.time())
+        # Requests are rendered on the event loop while the runner's thread decodes: a tokenizer
+        # is not safe to share across threads (a fast tokenizer's state is borrowed per call),
+        # so the event loop renders with its own copy.
+        self.tokenizer = copy.deepcopy(pc.tokenizer)
 
     def scope(self, request: Request) -> str | None:
         """The request's scope (its token's). :raises APIError: 401."""
