@@ -117,6 +117,11 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
         pad = tokenizer.eos_token_id
     if drafting is not None:
         kwargs = {**kwargs, "custom_generate": drafting}
+    if kwargs.get("use_cache", True) is False:
+        raise ValueError("use_cache=False cannot be honoured: percache generates over its own K/V cache")
+    # Explicit: generate() otherwise takes use_cache from the model's config (False on MPT) and
+    # then feeds the whole sequence at every step on top of the cache it was given.
+    kwargs = {**kwargs, "use_cache": True}
     with torch.inference_mode():
         out = model.generate(
             ids, attention_mask=torch.ones_like(ids), past_key_values=cache,

@@ -1,0 +1,35 @@
+"""run_generate over percache's cache on a model whose config turns the cache off (MPT)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import percache_plugin as percache
+from percache_plugin.conformance.families import build_family
+from percache_plugin.conformance.tiny import byte_tokenizer
+
+SEGMENTS = ["System.", "alpha beta gamma " * 2, "Q?"]
+
+
+def test_generate_uses_the_cache_when_the_config_says_use_cache_false() -> None:
+    # MptConfig.use_cache is False: generate() then fed the whole sequence at every step on top
+    # of the cache it was given, and MPT's attention saw keys past its ALiBi table.
+    model = build_family("mpt")
+    model.config.max_seq_len = 128
+    assert model.config.use_cache is False
+    tok = byte_tokenizer()
+    pc = percache.enable(model, tok)
+    with pc.disabled():
+        want = pc.generate(SEGMENTS, max_new_tokens=4, do_sample=False)
+    ids = torch.tensor([want.prompt_ids])
+    assert 64 < ids.shape[1] < 120
+    ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
+                         do_sample=False, use_cache=True, pad_token_id=tok.eos_token_id)
+    assert want.token_ids == ref[0, ids.shape[1]:].tolist()
+    pc.generate(SEGMENTS, max_new_tokens=4, do_sample=False)
+    warm = pc.generate(SEGMENTS, max_new_tokens=4, do_sample=False)
+    assert warm.stats.tokens_reused > 0 and warm.token_ids == want.token_ids
+    with pytest.raises(ValueError, match="use_cache=False"):
+        pc.generate(SEGMENTS, max_new_tokens=2, do_sample=False, use_cache=False)
+    pc.close()
