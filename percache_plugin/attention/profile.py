@@ -307,9 +307,19 @@ def _layer_rope(config: PreTrainedConfig, entry: ModelProfile) -> tuple[str, ...
     uses_rope: Sequence[Any] = (
         getattr(config, "no_rope_layers", None) or (1,) * num_layers
     )  # SmolLM3: 1 = RoPE
+    if len(layer_types) < num_layers or len(uses_rope) < num_layers:
+        raise ValueError(
+            f"{config.model_type}: config lists {len(layer_types)} layer_types and "
+            f"{len(uses_rope)} no_rope_layers for {num_layers} layers; cannot tell which layers use RoPE")
+    # The modeling code indexes both by layer (Llama 4: no_rope_layers[layer_idx]); a config cut
+    # to fewer layers may keep the longer default list, whose extra entries no layer reads.
+    layer_types, uses_rope = layer_types[:num_layers], uses_rope[:num_layers]
+    params = getattr(config, "rope_parameters", None) or {}
+    # Nested rope_parameters may map a layer type to None: no positional encoding there (Beam).
+    unrotated = {kind for kind in layer_types if kind in params and params[kind] is None}
     layer_rope = tuple(
         NO_ROPE
-        if (not use or kind in entry.nope_layer_types)
+        if (not use or kind in entry.nope_layer_types or kind in unrotated)
         else (kind if kind in sets else SHARED_ROPE)
         for kind, use in zip(layer_types, uses_rope, strict=True)
     )

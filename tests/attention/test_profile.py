@@ -26,6 +26,7 @@ from percache_plugin.attention.profile import (
     resolve_profile,
     rotary_modules,
 )
+from percache_plugin.conformance.families import build_family
 from tests.models import EXTRA_FAMILIES, TINY_FAMILIES, tiny_config_kwargs, tiny_model
 
 _SG = ("sliding_attention", "full_attention") * 2
@@ -235,3 +236,24 @@ def test_tiny_model_rope_overrides_reach_the_config() -> None:
 def test_tiny_model_unknown_family() -> None:
     with pytest.raises(KeyError, match="no tiny config"):
         tiny_model("bert")
+
+
+def test_layer_type_without_rope_parameters_is_nope() -> None:
+    # Beam: rope_parameters maps "full_attention" to None; those layers run without positions.
+    model = build_family("beam")
+    kinds = list(model.config.layer_types)
+    want = tuple(NO_ROPE if model.config.rope_parameters[k] is None else k for k in kinds)
+    assert NO_ROPE in want and want != (NO_ROPE,) * len(kinds)
+    assert resolve_profile(model).layer_rope == want
+
+
+def test_longer_no_rope_layers_list_is_read_per_layer() -> None:
+    # Llama 4's modeling code reads no_rope_layers[layer_idx]; a 2-layer config that keeps the
+    # 48-entry default list must not fail on the extra entries.
+    model = build_family("llama4_text")
+    model.config.no_rope_layers = [1, 0] + [1] * 46
+    layer_rope = resolve_profile(model).layer_rope
+    assert layer_rope is not None and layer_rope[1] == NO_ROPE
+    model.config.no_rope_layers = [1]
+    with pytest.raises(ValueError, match="no_rope_layers for 2 layers"):
+        resolve_profile(model)
