@@ -10,7 +10,10 @@ model back on its own attention and reports why (``capabilities.reasons["attenti
 exact reuse still works through a plain cache, shifted reuse is not applicable. A probe forward
 that fails outright (a family whose cache needs layers of its own kind, such as the indexer
 caches of DeepSeek-V3.2-style sparse attention) refuses the model with
-:class:`~percache_plugin.attention.kinds.UnsupportedModelError`.
+:class:`~percache_plugin.attention.kinds.UnsupportedModelError`, and so does a model whose
+forward does not continue from a plain cache token by token (two new tokens over the cache of
+four give other logits than one six-token forward, or raise: CPM-Ant, which prepends learned
+prompt tokens and expects the whole sequence at every step).
 """
 
 from __future__ import annotations
@@ -29,6 +32,55 @@ from .kinds import UnsupportedModelError
 from .profile import text_config
 
 __all__ = ["HookProbe", "attention_layers", "eager_forward_of"]
+
+
+def _check_continuation(model: nn.Module, ids: torch.Tensor, vocab: int) -> None:
+    """Refuse a model whose forward does not continue from a plain per-token cache: two new
+    tokens fed over the cache of the first four must give the logits of one six-token forward
+    (positions passed explicitly where the forward takes them, as generate() does).
+    CPM-Ant fails this: it prepends learned prompt tokens and expects the whole sequence at every
+    step, so K/V served from chunks would be attended at the wrong places.
+
+    :raises UnsupportedModelError: the continuation raises or its logits differ."""
+    more = torch.tensor([[min(t, vocab - 1) for t in (17, 21)]], device=ids.device)
+    full = torch.cat([ids, more], dim=1)
+    name = type(model).__name__
+    try:
+        with torch.inference_mode():
+            try:
+                got, want = _continue_and_full(model, ids, full, positions=True)
+            except TypeError as exc:
+                if "position_ids" not in str(exc):
+                    raise
+                got, want = _continue_and_full(model, ids, full, positions=False)
+    except Exception as exc:
+        raise UnsupportedModelError(
+            f"percache cannot be enabled on {name}: a forward of new tokens over a plain per-token "
+            f"K/V cache of the earlier ones fails ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:200]}); the model does not continue from cached K/V "
+            "token by token") from exc
+    scale = 1 + float(want.abs().max())
+    if got.shape != want.shape or not torch.allclose(got, want, rtol=0.02, atol=0.02 * scale):
+        diff = float((got - want).abs().max()) if got.shape == want.shape else float("nan")
+        raise UnsupportedModelError(
+            f"percache cannot be enabled on {name}: new tokens fed over a plain per-token K/V cache "
+            f"give other logits than one forward of the whole sequence (max|dlogits|={diff:.3g}); "
+            "the model does not continue from cached K/V token by token")
+
+
+def _continue_and_full(model: nn.Module, head: torch.Tensor, full: torch.Tensor,
+                       positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of the last two tokens: fed over a cache of ``head``, and in one forward."""
+    n, total = head.shape[1], full.shape[1]
+
+    def pos(a: int, b: int) -> dict[str, Any]:
+        return {"position_ids": torch.arange(a, b, device=full.device)[None]} if positions else {}
+
+    cache = DynamicCache()
+    model(input_ids=head, past_key_values=cache, use_cache=True, **pos(0, n))
+    got = model(input_ids=full[:, n:], past_key_values=cache, use_cache=True, **pos(n, total))
+    want = model(input_ids=full, past_key_values=DynamicCache(), use_cache=True, **pos(0, total))
+    return got.logits[0, -2:].float(), want.logits[0, -2:].float()
 
 
 def eager_forward_of(module: nn.Module) -> Any:
@@ -81,6 +133,11 @@ class HookProbe:
                 f"percache cannot be enabled on {type(model).__name__}: a forward with a plain "
                 f"per-token K/V cache (DynamicCache) fails ({type(exc).__name__}: "
                 f"{' '.join(str(exc).split())[:200]}); its cache needs layers of its own kind") from exc
+        finally:
+            self._calls = None
+        self._calls = []  # the continuation forwards go through the hook too
+        try:
+            _check_continuation(model, ids, vocab)
         finally:
             self._calls = None
         expected = attention_layers(model)

@@ -66,3 +66,12 @@ def test_context_length_is_the_smallest_named_limit(family: str, limit: int) -> 
     # The tiny configs carry max_position_embeddings=8192 beside MPT's max_seq_len and
     # Whisper's max_target_positions.
     assert context_limit(build_family(family)) == limit
+
+
+def test_model_that_does_not_continue_from_a_plain_cache_is_refused() -> None:
+    # CPM-Ant prepends learned prompt tokens and expects the whole sequence at every step.
+    model = build_family("cpmant")
+    before = model.config._attn_implementation
+    with pytest.raises(percache.UnsupportedModelError, match="does not continue from cached K/V"):
+        percache.enable(model, byte_tokenizer())
+    assert model.config._attn_implementation == before
