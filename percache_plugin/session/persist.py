@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from ..kv.integrity import (
 from ..sqlite_tx import Schema, connect, transaction
 from .state import Session, Turn, cache_tokens
 
-__all__ = ["SessionStore", "SCHEMA", "EXACT_SCHEMA", "SESSIONS_DIR", "SESSIONS_DB"]
+__all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "SESSIONS_DIR", "SESSIONS_DB"]
 
 SESSIONS_DIR = "sessions"
 SESSIONS_DB = "sessions.sqlite"
@@ -57,6 +58,20 @@ CREATE TABLE IF NOT EXISTS chat_exact (
 """)
 
 
+@dataclass(frozen=True)
+class StoredSession:
+    """A saved session's counts, read from its rows (:meth:`SessionStore.elsewhere`)."""
+
+    name: str
+    fingerprint: str
+    system: str | None
+    turns: int
+    evicted_turns: int
+    tokens: int
+    kv_tokens: int
+    kv_bytes: int
+
+
 class SessionStore:
     """The sessions of one fingerprint under ``root/sessions``."""
 
@@ -74,6 +89,37 @@ class SessionStore:
             rows = self.db.execute("SELECT name FROM chat_sessions WHERE fingerprint = ?",
                                    (self.fingerprint,)).fetchall()
         return [r[0] for r in rows]
+
+    def elsewhere(self) -> list[StoredSession]:
+        """Sessions saved under other fingerprints only (a LoRA persona's conversations are
+        saved under its adapter's weights), read from their rows: nothing is loaded. One per
+        name: the fingerprint with the most turns."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT fingerprint, name, system, head_ids, evicted_turns FROM chat_sessions "
+                "WHERE name NOT IN (SELECT name FROM chat_sessions WHERE fingerprint = ?)",
+                (self.fingerprint,)).fetchall()
+            turns = self.db.execute("SELECT fingerprint, name, user_ids, reply_ids FROM chat_turns").fetchall()
+            spans = self.db.execute("SELECT fingerprint, name, stop, layout FROM chat_kv").fetchall()
+        n_turns: dict[tuple[str, str], list[int]] = {}
+        for fp, name, user_ids, reply_ids in turns:
+            counts = n_turns.setdefault((fp, name), [0, 0])
+            counts[0] += 1
+            counts[1] += len(json.loads(user_ids)) + len(json.loads(reply_ids))
+        kv: dict[tuple[str, str], list[int]] = {}
+        for fp, name, stop, layout in spans:
+            sizes = kv.setdefault((fp, name), [0, 0])
+            sizes[0] = max(sizes[0], stop)
+            sizes[1] += sum(_DTYPE_BYTES.get(d, 4) * _numel(shape) for _, d, shape in json.loads(layout))
+        best: dict[str, StoredSession] = {}
+        for fp, name, system, head, evicted in rows:
+            count, tokens = n_turns.get((fp, name), [0, 0])
+            kv_tokens, kv_bytes = kv.get((fp, name), [0, 0])
+            info = StoredSession(name, fp, system, count, evicted, len(json.loads(head)) + tokens,
+                                 kv_tokens, kv_bytes)
+            if name not in best or info.turns > best[name].turns:
+                best[name] = info
+        return [best[n] for n in sorted(best)]
 
     # -- saving -------------------------------------------------------------------------
     def save(self, session: Session, rewrite_turns: bool) -> None:
@@ -183,6 +229,16 @@ class SessionStore:
         n_layers = len(parts[0]) // 2
         return [(torch.cat([p[f"k.{i}"] for p in parts], dim=1), torch.cat([p[f"v.{i}"] for p in parts], dim=1))
                 for i in range(n_layers)]
+
+
+_DTYPE_BYTES = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8}
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def _safe(name: str) -> str:

@@ -54,6 +54,9 @@ class SessionInfo:
     kv_tokens: int  # cache positions
     kv_bytes: int
     system: str | None
+    # the weights the session was saved under when it is not loaded under the ones in use (a
+    # LoRA persona's session while no persona is active; ``chat(..., persona=...)`` resumes it)
+    fingerprint: str = ""
 
 
 class Sessions:
@@ -175,11 +178,17 @@ class Sessions:
         return name in self._sessions
 
     def list(self) -> list[SessionInfo]:
-        """Every session, by name."""
+        """Every session, by name: those of the weights in use, and those saved only under
+        other weights (a LoRA persona's, with ``fingerprint`` set), read from the store."""
         with self._lock:
             sessions = [self.get(n) for n in self.names()]
-        return [SessionInfo(s.name, len(s.turns), s.evicted_turns, s.n_tokens,
-                            cache_tokens(s.cache), cache_bytes(s.cache), s.system) for s in sessions]
+            elsewhere = self._store.elsewhere() if self._store is not None else []
+        infos = [SessionInfo(s.name, len(s.turns), s.evicted_turns, s.n_tokens,
+                             cache_tokens(s.cache), cache_bytes(s.cache), s.system) for s in sessions]
+        known = {i.name for i in infos}
+        infos += [SessionInfo(e.name, e.turns, e.evicted_turns, e.tokens, e.kv_tokens, e.kv_bytes,
+                              e.system, e.fingerprint) for e in elsewhere if e.name not in known]
+        return sorted(infos, key=lambda i: i.name)
 
     def fork(self, source: str, name: str) -> Session:
         """A branch of ``source`` named ``name`` (candidate replies, retries): the same turns,

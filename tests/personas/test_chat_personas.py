@@ -158,3 +158,23 @@ def test_a_peft_model_keeps_its_own_adapter_outside_persona_turns(tmp_path: Path
     reply = pc.chat("Hello there.", max_new_tokens=4)  # no persona: the user's adapter ("a")
     _check(reply, reference, "a")
     pc.close()
+
+
+def test_a_lora_personas_sessions_are_listed_while_no_persona_is_active(tmp_path: Path) -> None:
+    model, tok, dirs, _ = llama_with_loras(tmp_path)
+    pc = percache.enable(model, tok, store=tmp_path / "store")
+    pc.personas.add("a", PROMPTS["a"], adapter=dirs["a"])
+    pc.sessions.create("pirate")
+    pc.chat("Hello there.", session="pirate", persona="a", max_new_tokens=4)
+    live = {i.name: i for i in pc.sessions.list()}["pirate"]
+    pc.close()
+    again = percache.enable(model, tok, store=tmp_path / "store")
+    infos = {i.name: i for i in again.sessions.list()}
+    assert set(infos) == {"default", "pirate"}  # "pirate" is saved under a's weights only
+    pirate = infos["pirate"]
+    assert pirate.turns == 1 and pirate.system == PROMPTS["a"] and pirate.fingerprint
+    assert (pirate.tokens, pirate.kv_tokens, pirate.kv_bytes) == (live.tokens, live.kv_tokens, live.kv_bytes)
+    assert infos["default"].fingerprint == ""
+    resumed = again.chat("Go on.", session="pirate", persona="a", max_new_tokens=4)
+    assert resumed.turn_id == 2 and resumed.stats.restored_from == "snapshot"
+    again.close()
