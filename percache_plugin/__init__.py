@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .kv.store import ChunkKV
     from .rag.knowledge import AddReport
     from .segments import Prompt, PromptPiece, Segment, SegmentError
-    from .session import ChatStats, MessageTooLong, Reply, SessionInfo, UnknownSession
+    from .session import ChatStats, MessageTooLong, Reply, SessionBusy, SessionInfo, UnknownSession
     from .stats import Generation, GenerationStats, StatsTotals
     from .turnlog import TurnRecord, UnknownTurn
 
@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "ChatStats": "session",
     "MessageTooLong": "session",
     "Reply": "session",
+    "SessionBusy": "session",
     "SessionInfo": "session",
     "UnknownSession": "session",
     "TurnRecord": "turnlog",
@@ -88,6 +89,7 @@ __all__ = [
     "ReusePlan",
     "Segment",
     "SegmentError",
+    "SessionBusy",
     "SessionInfo",
     "StatsTotals",
     "TurnRecord",

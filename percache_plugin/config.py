@@ -268,6 +268,13 @@ class Config:
         "(exact K/V again for them; later tokens stay shifted).",
         0,
     )
+    session_wait_s: float = _help(
+        "How long a chat turn (or a reset or delete) waits while another handle or process "
+        "sharing the store runs a turn on the same session name: one turn at a time per "
+        "session, each starting from the session's latest stored state. Past it, "
+        "percache.SessionBusy names the session and the holder's process id.",
+        300.0,
+    )
     prefix_block_tokens: int = _help(
         "Block size of plain prompts (pc.complete): a prompt is cut into blocks of this many "
         "tokens, chained by hash, and the longest run of stored blocks at its start is reused "
@@ -415,6 +422,9 @@ class Config:
         head = self.session_recompute_head
         if isinstance(head, bool) or not isinstance(head, int) or head < 0:
             raise ConfigError(f"session_recompute_head must be an int >= 0, got {head!r}")
+        wait = self.session_wait_s
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0.0 <= wait < math.inf:
+            raise ConfigError(f"session_wait_s must be a finite number of seconds >= 0, got {wait!r}")
         block = self.prefix_block_tokens
         if isinstance(block, bool) or not isinstance(block, int) or block <= 0:
             raise ConfigError(f"prefix_block_tokens must be a positive int, got {block!r}")

@@ -28,7 +28,8 @@ from ..kv.integrity import (
 from ..sqlite_tx import Schema, connect, transaction
 from .state import Session, Turn, cache_tokens
 
-__all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "SESSIONS_DIR", "SESSIONS_DB"]
+__all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "SESSIONS_DIR",
+           "SESSIONS_DB"]
 
 SESSIONS_DIR = "sessions"
 SESSIONS_DB = "sessions.sqlite"
@@ -57,6 +58,17 @@ CREATE TABLE IF NOT EXISTS chat_exact (
     PRIMARY KEY (fingerprint, name));
 """)
 
+# The latest state of each session name, whatever the weights: bumped by every save, reset and
+# delete (under the session's lock, sessions/locks.py), so a handle whose copy is older reads
+# the session again before its next turn; ``fingerprint`` says which weights' rows are latest.
+VERSION_SCHEMA = Schema("sessions_version", 1, """
+CREATE TABLE IF NOT EXISTS chat_version (
+    name TEXT PRIMARY KEY, version INTEGER NOT NULL, fingerprint TEXT NOT NULL);
+""")
+
+_BUMP = ("INSERT INTO chat_version VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+         "version = MAX(version, excluded.version - 1) + 1, fingerprint = excluded.fingerprint")
+
 
 @dataclass(frozen=True)
 class StoredSession:
@@ -78,7 +90,7 @@ class SessionStore:
     def __init__(self, root: Path, fingerprint: str) -> None:
         self.fingerprint = fingerprint
         self.dir = private_dir(root / SESSIONS_DIR / fingerprint[:32])
-        self.db = connect(root / SESSIONS_DB, SCHEMA, EXACT_SCHEMA)
+        self.db = connect(root / SESSIONS_DB, SCHEMA, EXACT_SCHEMA, VERSION_SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -120,6 +132,20 @@ class SessionStore:
             if name not in best or info.turns > best[name].turns:
                 best[name] = info
         return [best[n] for n in sorted(best)]
+
+    def latest(self, name: str) -> tuple[int, str] | None:
+        """The stored version of session ``name`` and the fingerprint whose rows hold it (None:
+        never saved since versions were kept)."""
+        with self._lock:
+            row = self.db.execute("SELECT version, fingerprint FROM chat_version WHERE name = ?",
+                                  (name,)).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def _bump(self, name: str, version: int) -> int:
+        """Record a change of ``name`` (inside the caller's transaction); the new version."""
+        self.db.execute(_BUMP, (name, version + 1, self.fingerprint))
+        (new,) = self.db.execute("SELECT version FROM chat_version WHERE name = ?", (name,)).fetchone()
+        return int(new)
 
     # -- saving -------------------------------------------------------------------------
     def save(self, session: Session, rewrite_turns: bool) -> None:
@@ -164,21 +190,24 @@ class SessionStore:
             if path is not None:
                 self.db.execute("INSERT INTO chat_kv VALUES (?, ?, ?, ?, ?, ?, ?)",
                                 (fp, name, start, stop, path.name, checksum, layout))
+            version = self._bump(name, session.version)
         for (file,) in stale:
             if path is None or file != path.name:
                 (self.dir / file).unlink(missing_ok=True)
-        session.saved_upto = stop
+        session.saved_upto, session.version = stop, version
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str) -> int:
         """Remove the session ``name`` under every fingerprint (a conversation continued after
-        an adapter switch is saved under the new weights' fingerprint too)."""
+        an adapter switch is saved under the new weights' fingerprint too); the new version."""
         with self._lock, transaction(self.db):
+            version = self._bump(name, 0)
             files = self.db.execute("SELECT fingerprint, file FROM chat_kv WHERE name = ?",
                                     (name,)).fetchall()
             for table in ("chat_sessions", "chat_turns", "chat_kv", "chat_exact"):
                 self.db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
         for fp, file in files:
             (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
+        return version
 
     # -- loading ------------------------------------------------------------------------
     def load(self, name: str, dtype: torch.dtype, device: torch.device) -> tuple[Session, str] | None:
@@ -198,7 +227,11 @@ class SessionStore:
                                      "fingerprint = ? AND name = ? ORDER BY start", (fp, name)).fetchall()
             exact = self.db.execute("SELECT approx_from FROM chat_exact WHERE fingerprint = ? AND "
                                     "name = ?", (fp, name)).fetchone()
+            latest = self.db.execute("SELECT version, fingerprint FROM chat_version WHERE name = ?",
+                                     (name,)).fetchone()
         session = Session(name, row[0], json.loads(row[1]), row[2], next_turn=row[3], evicted_turns=row[4])
+        # rows of other weights are newer: the next turn reads those (-1 never matches)
+        session.version = 0 if latest is None else latest[0] if latest[1] == fp else -1
         session.turns = [Turn(t[0], t[1], json.loads(t[2]), json.loads(t[3]), t[4], bool(t[5]), bool(t[6]))
                          for t in turns]
         layers = self._read(slices, session.n_tokens)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import DynamicCache
 
-from ..decode import dtype_device
 from ..memory.recall import memory_block
 from ..personas.registry import Personas
 from ..personas.runtime import PersonaRuntime
@@ -22,8 +21,10 @@ from ..turnlog import TurnLog, TurnRecord, context_hash
 from .chat import ChatRunner
 from .evict import compact
 from .layout import ChatLayout
+from .locks import SessionLocks
 from .persist import SESSIONS_DB, SessionStore
 from .reply import ChatStats, Reply
+from .restore import adopt, read_session
 from .state import Session, cache_bytes, cache_tokens, share_cache
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class Sessions:
         self._root = root = engine.store.path
         self._stores: dict[str, SessionStore] = {}  # by fingerprint: sessions follow the weights
         self._stores_lock = threading.Lock()  # a leaf: nothing is acquired while holding it
+        self._locks = SessionLocks(root)  # one turn at a time per session across handles
         self.log = TurnLog(root / SESSIONS_DB if root is not None else None)
         self._personas = PersonaRuntime(engine, self._layout, root,
                                         root / SESSIONS_DB if root is not None else None)
@@ -86,7 +88,10 @@ class Sessions:
         """The session store of the weights in use (None without a store directory)."""
         if self._root is None:
             return None
-        fp = self._engine.fingerprint
+        return self._store_of(self._engine.fingerprint)
+
+    def _store_of(self, fp: str) -> SessionStore:
+        assert self._root is not None
         with self._stores_lock:
             if fp not in self._stores:
                 self._stores[fp] = SessionStore(self._root, fp)
@@ -144,35 +149,28 @@ class Sessions:
 
     def names(self) -> list[str]:
         """Every session, in memory or in the store."""
-        stored = self._store.names() if self._store is not None else []
+        store = self._store
+        stored = store.names() if store is not None else []
         return sorted(set(self._sessions) | set(stored))
 
     def _load(self, name: str) -> None:
         store = self._store
         assert store is not None
-        dtype, device = dtype_device(self._engine.model)
-        loaded = store.load(name, dtype, device)
-        if loaded is None:
+        session = read_session(self._engine, store, name)
+        if session is not None:
+            self._sessions[name] = session
+
+    def _refresh(self, session: Session) -> None:
+        """Continue from the session's latest stored state (called holding its lock): another
+        handle or process may have run turns on it, reset or deleted it since this copy was
+        read. Reset or deleted elsewhere, it starts over empty with its system prompt."""
+        store = self._store
+        latest = store.latest(session.name) if store is not None else None
+        if latest is None or latest[0] == session.version:
             return
-        session, source = loaded
-        session.restored, session.fingerprint = source, store.fingerprint
-        if source == "ids":
-            log.warning("percache: session %r has no usable K/V snapshot; its %d tokens are "
-                        "computed again with the next turn", name, session.n_tokens)
-            compact(session)  # without the slots, masked turns would be attended again
-        if any(t.masked for t in session.turns) and source == "snapshot":
-            import torch
-
-            from .evict import turn_spans
-
-            keep = torch.ones(session.saved_upto, dtype=torch.bool)
-            for t in session.turns:
-                if t.masked:
-                    start, end = turn_spans(session)[t.turn_id]
-                    keep[start:end] = False
-            session.keep = keep
-        self._sessions[name] = session
-        self._engine.hooks.session_loaded(self._engine.ctx, session, source)
+        version, fp = latest
+        fresh = read_session(self._engine, self._store_of(fp), session.name)
+        adopt(session, fresh or self._new(session.name, session.system), version)
 
     def __contains__(self, name: object) -> bool:
         return name in self._sessions
@@ -196,7 +194,7 @@ class Sessions:
         src = self.get(source)
         with src.lock:
             with self._lock:
-                if name in self._sessions:
+                if name in self._sessions or self._stored(name):
                     raise ValueError(f"session {name!r} already exists")
                 branch = Session(
                     name, src.system, list(src.head_ids), src.first_glue,
@@ -211,14 +209,15 @@ class Sessions:
     def reset(self, name: str) -> None:
         """Forget the conversation of ``name`` (its system prompt stays)."""
         session = self.get(name)
-        with session.lock:
+        with session.lock, self._locks.hold(name, self._engine.config.session_wait_s):
             fresh = self._new(name, session.system)
             session.turns, session.cache, session.keep = [], fresh.cache, None
             session.next_turn, session.evicted_turns = 1, 0
             session.saved_upto, session.rewrite = 0, False
             session.approx_from, session.published = None, []
-            if self._store is not None:
-                self._store.delete(name)
+            store = self._store
+            if store is not None:
+                session.version = store.delete(name)
 
     def pin(self, name: str, turn_id: int, pinned: bool = True) -> None:
         """Pin a turn of ``name`` (never evicted, not counted against the budget) or unpin it.
@@ -243,10 +242,11 @@ class Sessions:
     def delete(self, name: str) -> None:
         """Remove the session ``name``, free its K/V and delete its turns from the turn log."""
         session = self.get(name)
-        with session.lock, self._lock:
+        with session.lock, self._locks.hold(name, self._engine.config.session_wait_s), self._lock:
             self._sessions.pop(name, None)
-            if self._store is not None:
-                self._store.delete(name)
+            store = self._store
+            if store is not None:
+                store.delete(name)
             self.log.delete_session(name)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
@@ -256,13 +256,16 @@ class Sessions:
         if persona is not None and session not in self._sessions:
             self._load_under(persona, session)
         state = self.get(session)
-        with state.lock:  # two calls on one session run one after the other
-            engine = self._engine
+        engine = self._engine
+        # two calls on one session run one after the other, in this handle and across handles
+        # and processes sharing the store (the file lock); each starts from the latest state
+        with state.lock, self._locks.hold(session, engine.config.session_wait_s):
             if engine.closed:
                 raise RuntimeError("this percache handle was disabled; call enable() again")
             with engine.preemption.foreground(engine.lock):
                 t0 = time.perf_counter()
                 with self._personas.applied(persona) as chosen:
+                    self._refresh(state)
                     self._follow_weights(state)
                     stats = ChatStats(session=session)
                     store_head = self._personas.enter(state, chosen, stats)

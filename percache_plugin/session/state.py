@@ -64,6 +64,7 @@ class Session:
     fingerprint: str = ""  # the weights the cache was computed under ("" before any turn)
     approx_from: int | None = None  # first cache position whose K/V is not exact (None: all are)
     published: list[str] = field(default_factory=list, repr=False)  # block keys in the K/V store
+    version: int = 0  # the stored version this copy continues (persist.py, chat_version)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

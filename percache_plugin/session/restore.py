@@ -1,0 +1,52 @@
+"""Reading a stored session into memory, and bringing a handle's copy up to the stored state."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from ..decode import dtype_device
+from .evict import compact, turn_spans
+from .persist import SessionStore
+from .state import Session
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+__all__ = ["read_session", "adopt"]
+
+log = logging.getLogger("percache")
+
+
+def read_session(engine: Engine, store: SessionStore, name: str) -> Session | None:
+    """Session ``name`` as ``store`` holds it, ready for its next turn (None: not stored)."""
+    dtype, device = dtype_device(engine.model)
+    loaded = store.load(name, dtype, device)
+    if loaded is None:
+        return None
+    session, source = loaded
+    session.restored, session.fingerprint = source, store.fingerprint
+    if source == "ids":
+        log.warning("percache: session %r has no usable K/V snapshot; its %d tokens are "
+                    "computed again with the next turn", name, session.n_tokens)
+        compact(session)  # without the slots, masked turns would be attended again
+    if any(t.masked for t in session.turns) and source == "snapshot":
+        import torch
+
+        keep = torch.ones(session.saved_upto, dtype=torch.bool)
+        for t in session.turns:
+            if t.masked:
+                start, end = turn_spans(session)[t.turn_id]
+                keep[start:end] = False
+        session.keep = keep
+    engine.hooks.session_loaded(engine.ctx, session, source)
+    return session
+
+
+def adopt(session: Session, fresh: Session, version: int) -> None:
+    """Make ``session`` (whose lock the caller holds) the state ``fresh`` at ``version``."""
+    for f in dataclasses.fields(Session):
+        if f.name != "lock":
+            setattr(session, f.name, getattr(fresh, f.name))
+    session.version = version
