@@ -108,9 +108,11 @@ def test_a_turn_waits_for_the_other_handles_turn(tmp_path: Path) -> None:
     for t in threads:
         t.join(120)
     assert not errors, errors
-    _chain(replies, b.sessions.get("default").ids)
     a.close()
     b.close()
+    c = percache.enable(*tiny_pair("llama"), store=tmp_path, predict="off")
+    _chain(replies, c.sessions.get("default").ids)  # a handle's copy is refreshed by its turns
+    c.close()
 
 
 CHILD = textwrap.dedent("""
