@@ -78,6 +78,7 @@ def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: fl
     ctx.hooks.request_start(ctx, prompt)
     try:
         plan = ctx.hooks.plan_reuse(ctx, prompt)
+        runner.prefetch(prompt, plan)
         exact = runner.load_exact(prompt, plan, stats)
         shifted = runner.load_shifted(prompt, plan, stats)
         stats.load_s = time.perf_counter() - t0

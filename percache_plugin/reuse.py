@@ -65,6 +65,12 @@ class ReuseRunner:
         return self._masks[mkey]
 
     # -- loading ------------------------------------------------------------------------------
+    def prefetch(self, prompt: Prompt, plan: ReusePlan) -> None:
+        """Start reading every node the plan loads (``percache_prefetch_chunks``), so the disk
+        reads them all at once while :meth:`load_exact` checks and copies the first ones."""
+        keys = [prompt.pieces[i].key for i in plan.exact] + [sp.key for sp in plan.shifted]
+        self._ctx.hooks.prefetch_chunks(self._ctx, tuple(k for k in keys if k is not None))
+
     def load_exact(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats) -> list[ChunkKV]:
         chunks: list[ChunkKV] = []
         for i in plan.exact:

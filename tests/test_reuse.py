@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
+import percache_plugin as percache
 from percache_plugin.kv.chunk import ChunkKV
 from percache_plugin.reuse import ReuseRunner
 from percache_plugin.segments import Prompt, PromptPiece, Segment
 from percache_plugin.stats import GenerationStats
-from tests.helpers import tiny_pair
+from tests.helpers import SEGMENTS, tiny_pair
 
 
 def test_fully_cached_prompt_keeps_its_last_token_uncached() -> None:
@@ -28,3 +29,31 @@ def test_fully_cached_prompt_keeps_its_last_token_uncached() -> None:
         Prompt((piece,)), [chunk], stats)
     assert (served, nodes, stats.tokens_reused) == (n - 1, 1, n - 1)
     assert cache.get_seq_length() == n - 1
+
+
+class _Order:
+    """Records prefetches and loads, in order, and leaves both to the built-ins."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    @percache.hookimpl(tryfirst=True)
+    def percache_prefetch_chunks(self, ctx, keys):  # type: ignore[no-untyped-def]
+        self.calls.append(("prefetch", tuple(keys)))
+
+    @percache.hookimpl(tryfirst=True)
+    def percache_load_chunk(self, ctx, key, token_ids):  # type: ignore[no-untyped-def]
+        self.calls.append(("load", (key,)))
+
+
+def test_a_cached_request_prefetches_its_planned_nodes_before_loading_them(tmp_path) -> None:
+    model, tok = tiny_pair("llama")
+    order = _Order()
+    pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=0, plugins=[order])
+    pc.generate(SEGMENTS, max_new_tokens=1)
+    order.calls.clear()
+    g = pc.generate(SEGMENTS, max_new_tokens=1)
+    pc.close()
+    loads = [keys[0] for what, keys in order.calls if what == "load"]
+    assert g.stats.nodes_reused == len(loads) > 0
+    assert order.calls[0] == ("prefetch", tuple(loads))

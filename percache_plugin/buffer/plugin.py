@@ -49,6 +49,14 @@ class RamTierKV:
             return None
         return self._tier(ctx).get(key, token_ids)
 
+    @hookimpl(tryfirst=True)
+    def percache_prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> bool | None:
+        """Prefetch from the store only the nodes the tier does not hold."""
+        if not ctx.config.ram_cache_bytes:
+            return None
+        self._tier(ctx).prefetch(keys)
+        return True
+
     @hookimpl
     def percache_close(self, ctx: AssistantContext) -> None:
         """Free the tier's memory and stop listening to the store."""

@@ -90,6 +90,11 @@ class KVRamTier:
             self.cache.offer(ck, _Entry(replace(kv, origin="ram"), _version(info)), kv.nbytes, cls)
         return replace(kv, origin="store")
 
+    def prefetch(self, keys: Sequence[str]) -> int:
+        """Start reading from the store the nodes this tier does not hold (``KVStore.prefetch``);
+        a held node whose row changed is read by :meth:`get` without a prefetch."""
+        return self.store.prefetch([k for k in keys if self.cache.peek(k) is None])
+
     def invalidate(self, key: str) -> None:
         """Drop the RAM copy of ``key`` (the store wrote or removed it)."""
         self.cache.invalidate(key)

@@ -127,6 +127,10 @@ class Hooks:
     def load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
         return self._hook.percache_load_chunk(ctx=ctx, key=key, token_ids=token_ids)
 
+    def prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> None:
+        if keys:
+            self._hook.percache_prefetch_chunks(ctx=ctx, keys=keys)
+
     def select_recompute(
         self, ctx: EngineContext, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
     ) -> list[int]:

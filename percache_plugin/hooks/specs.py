@@ -140,6 +140,22 @@ def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]
 
 
 @hookspec(firstresult=True)
+def percache_prefetch_chunks(ctx: EngineContext, keys: tuple[str, ...]) -> bool | None:
+    """Start reading the planned nodes ahead of their ``percache_load_chunk`` calls. firstresult.
+
+    Called once per request, after planning, with every node the plan will load. The default
+    asks the OS to read the nodes' files into its page cache now (``KVStore.prefetch``:
+    asynchronous, all files at once, so the disk works at full queue depth while the first
+    nodes are checked and copied); the RAM tier prefetches only the nodes it does not hold.
+    Nothing is served from a prefetch: the loads still check everything.
+
+    :param ctx: the engine context.
+    :param keys: the store keys of the planned nodes, in load order.
+    :return: True once handled, or None to defer to the next plugin.
+    """
+
+
+@hookspec(firstresult=True)
 def percache_select_recompute(
     ctx: EngineContext, prompt: Prompt, plan: ReusePlan, context: RecomputeContext
 ) -> Sequence[int] | None:

@@ -37,6 +37,10 @@ class NodeBackend(Protocol):
 
     def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool) -> ChunkKV: ...
 
+    def prefetch(self, keys: Sequence[str]) -> int:
+        """Start reading these nodes' tensors ahead of :meth:`load` (asynchronous, best-effort);
+        returns how many reads were started."""
+
     def remove(self, keys: Sequence[str], deltas: dict[str, int],
                on_error: Callable[[str, OSError], None]) -> None:
         """Delete rows (applying the counter ``deltas``) and tensors; a tensor that cannot be
@@ -72,6 +76,9 @@ class MemoryNodes:
         if stored is None:
             raise CorruptNodeError("tensors missing from memory")
         return ChunkKV(tuple(t.clone() for t in stored.keys), tuple(t.clone() for t in stored.values))
+
+    def prefetch(self, keys: Sequence[str]) -> int:
+        return 0  # already in memory
 
     def remove(self, keys: Sequence[str], deltas: dict[str, int],
                on_error: Callable[[str, OSError], None]) -> None:
@@ -116,6 +123,9 @@ class FileNodes:
         n_layers = sum(1 for n, _, _ in layout if n.startswith("k."))
         return ChunkKV(tuple(tensors[f"k.{i}"] for i in range(n_layers)),
                        tuple(tensors[f"v.{i}"] for i in range(n_layers)))
+
+    def prefetch(self, keys: Sequence[str]) -> int:
+        return self.files.prefetch(keys)
 
     def remove(self, keys: Sequence[str], deltas: dict[str, int],
                on_error: Callable[[str, OSError], None]) -> None:

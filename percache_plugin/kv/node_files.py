@@ -21,6 +21,7 @@ from .integrity import (
     fsync_dir,
     make_store_dirs,
     node_path,
+    prefetch_file,
     publish_node,
     read_node_file,
     sweep_files,
@@ -93,6 +94,11 @@ class NodeFiles:
              checksum: str | None) -> dict[str, torch.Tensor]:
         return read_node_file(self.file(key), expected_metadata=expected_metadata, layout=layout,
                               checksum=checksum)
+
+    def prefetch(self, keys: Iterable[str]) -> int:
+        """Start reading the nodes' files into the OS page cache (:func:`prefetch_file`);
+        returns how many were advised."""
+        return sum(prefetch_file(self.file(key)) for key in keys)
 
     def unlink(self, keys: Iterable[str], on_error: Callable[[str, OSError], None]) -> None:
         for key in keys:

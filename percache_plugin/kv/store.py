@@ -8,9 +8,9 @@ the next lone opener sweeps. Several processes and handles may share a store (``
 IGNORE`` rows; file + row changes under an exclusive file lock). Writes are best-effort: a
 full disk, a read-only database, a directory at a node's path or the K/V folder deleted under
 a live store make ``put`` log, count ``write_errors`` and return False; ``get`` serves K/V
-even when its hit counters cannot be written. Eviction follows a policy (:mod:`.eviction`;
-by default LFU over leaves), per fingerprint. The tensors themselves live in a backend
-(:mod:`.node_backends`: memory or files); this module keeps rows, limits and counters.
+even when its hit counters cannot be written. Eviction follows a policy (:mod:`.eviction`; by
+default LFU over leaves), per fingerprint. Tensors live in a backend (:mod:`.node_backends`:
+memory or files); this module keeps rows, limits and counters.
 """
 
 from __future__ import annotations
@@ -137,10 +137,10 @@ class KVStore:
                 fn(k)
 
     def record_hit(self, key: str) -> None:
-        """Count a read of ``key`` that a cache in front of the store served (the RAM tier), so
-        that eviction sees the node as used; buffered, written in one transaction every 64 hits
-        or second, before an eviction and by :meth:`nodes` and :meth:`close` (:meth:`info` may
-        lag). :meth:`stats` counts only reads of the store itself."""
+        """Count a read of ``key`` served by a cache in front of the store (the RAM tier), so
+        eviction sees the node as used; buffered (:meth:`info` may lag), written every 64 hits
+        or second, before an eviction, by :meth:`nodes` and :meth:`close`. :meth:`stats` counts
+        only reads of the store itself."""
         with self._lock:
             if not self._closed and not self._index.record_hit(key):
                 self.write_errors += 1
@@ -149,13 +149,14 @@ class KVStore:
         log.warning("percache store: dropping corrupt node %s (%s)", key, reason)
         self._remove([key], misses=1, corrupt=1)
 
-    def _count_miss(self) -> None:
+    def _count(self, what: str, write: Callable[[], object]) -> None:
+        """Run a counter ``write``; a write failure is logged and counted, not raised."""
         try:
-            self._index.count(misses=1)
+            write()
         except Exception as exc:
             if not is_write_failure(exc):
                 raise
-            self._failed("counting a miss", exc)
+            self._failed(what, exc)
 
     # -- public API ----------------------------------------------------------------------
 
@@ -221,7 +222,7 @@ class KVStore:
             self._check_open()
             row = self._index.row(key, "token_hash, checksum, layout, start, n_tokens, nbytes")
             if row is None:
-                self._count_miss()
+                self._count("counting a miss", lambda: self._index.count(misses=1))
                 return None
             token_hash, checksum, layout_json, start, n_tokens, nbytes = row
             if want_hash is not None and want_hash != token_hash:
@@ -237,13 +238,14 @@ class KVStore:
             except CorruptNodeError as exc:
                 self._reject(key, str(exc))
                 return None
-            try:
-                self._index.touch(key, nbytes)
-            except Exception as exc:
-                if not is_write_failure(exc):
-                    raise
-                self._failed("counting a hit", exc)
+            self._count("counting a hit", lambda: self._index.touch(key, nbytes))
             return kv
+
+    def prefetch(self, keys: Sequence[str]) -> int:
+        """Start reading these nodes' files ahead of :meth:`get` (``posix_fadvise`` WILLNEED:
+        asynchronous, nothing checked or counted); returns how many were advised (0 in memory)."""
+        self._check_open()
+        return self._nodes.prefetch(keys)
 
     def contains(self, key: str) -> bool:
         """Whether this fingerprint has ``key`` (metadata only; the file is not checked)."""
@@ -326,8 +328,8 @@ class KVStore:
         self.close()
 
     def __repr__(self) -> str:
-        where = "memory" if self.path is None else str(self.path)
-        return f"KVStore({where!r}, fingerprint={self.fingerprint!r}, byte_limit={self._byte_limit})"
+        return (f"KVStore({'memory' if self.path is None else str(self.path)!r}, "
+                f"fingerprint={self.fingerprint!r}, byte_limit={self._byte_limit})")
 
     # -- internals -----------------------------------------------------------------------
 

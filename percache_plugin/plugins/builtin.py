@@ -108,6 +108,11 @@ class StoreBackedKV:
         return ctx.store.get(key, token_ids=token_ids)
 
     @hookimpl(trylast=True)
+    def percache_prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> bool:
+        ctx.store.prefetch(keys)
+        return True
+
+    @hookimpl(trylast=True)
     def percache_store_chunk(
         self, ctx: EngineContext, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV,
         exact: bool,

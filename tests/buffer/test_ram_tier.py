@@ -115,3 +115,15 @@ def test_ram_hits_are_buffered_not_written_one_by_one(tmp_path) -> None:
         tier.get("a", IDS)
     assert store.info("a").hits == 66  # 64 pending hits are written at once
     assert store.stats().hits == 1  # the store's own counter: reads of the store only
+
+
+def test_prefetch_asks_the_store_only_for_nodes_not_held(tmp_path, monkeypatch) -> None:
+    store = KVStore(tmp_path, fingerprint="fp")
+    store.put("a", chunk(1.0), parent=None, start=0, token_ids=IDS)
+    store.put("b", chunk(2.0), parent="a", start=4, token_ids=IDS)
+    tier = KVRamTier(store, 1 << 20)
+    tier.get("a", IDS)
+    asked: list[list[str]] = []
+    monkeypatch.setattr(store, "prefetch", lambda keys: asked.append(list(keys)) or len(keys))
+    assert tier.prefetch(["a", "b"]) == 1
+    assert asked == [["b"]]
