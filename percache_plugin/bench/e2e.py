@@ -12,6 +12,10 @@ is a user too). For every user and method, on a fresh store:
 3. the series' specific questions are asked in order (``pc.ask``, timed); after each answer
    every method with background work runs an idle phase.
 
+Each user is replayed once per query stream (``--stream``, :mod:`.e2e_streams`): ``original``
+(the questions as above) and ``paraphrase`` (the same, with about 30% of the queries an earlier
+question coming back in hand-written other words), each on fresh stores.
+
 Idle phases are not counted in latency; their compute is (background prefill and decode
 tokens, from the :class:`~percache_plugin.idle.IdleReport` of each phase). Next to wall time, the deterministic foreground cost is reported: prompt
 tokens prefilled and tokens decoded while the user waited. The methods are our own plugins
@@ -55,6 +59,15 @@ from .e2e_report import PLOTS, SUMMARY_HEADER, summary_row
 from .e2e_report import clean as _clean
 from .e2e_report import markdown_report as _markdown
 from .e2e_report import write_plots as _plots
+from .e2e_streams import (
+    PARAPHRASE_FILES,
+    REPEAT_RATE,
+    STREAMS,
+    has_paraphrases,
+    load_paraphrases,
+    repeat_share,
+    stream_user,
+)
 from .e2e_users import MemoEmbedder, Question, User, select_users
 from .metrics import rouge_l
 
@@ -77,6 +90,8 @@ __all__ = [
     "PLOTS",
     "BENCH_CONFIG",
     "DEFAULT_TAUS",
+    "STREAMS",
+    "combine",
 ]
 
 DEFAULT_TAUS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9, 0.95)
@@ -97,6 +112,10 @@ class E2ESettings:
     series: tuple[str, ...] | None = None
     tau_sweep: tuple[float, ...] = DEFAULT_TAUS
     sweep_method: str = SWEEP_METHOD
+    streams: tuple[str, ...] = STREAMS
+    repeat_rate: float = REPEAT_RATE
+    seed: int = 0
+    paraphrase_files: tuple[Path, ...] = PARAPHRASE_FILES
     idle_budget_s: float | None = None
     knowledge_rounds: int = 2
     config: dict[str, Any] = field(default_factory=dict)
@@ -105,12 +124,13 @@ class E2ESettings:
     progress: bool = True
 
 
-def _sweep(ctx: ReplayContext, settings: E2ESettings, user: User, runs: Sequence[RunResult],
-           naive: Sequence[str] | None, bar: Any) -> tuple[list[dict[str, Any]], list[RunResult]]:
+def _sweep(ctx: ReplayContext, settings: E2ESettings, user: User, stream: str,
+           runs: Sequence[RunResult], naive: Sequence[str] | None,
+           bar: Any) -> tuple[list[dict[str, Any]], list[RunResult]]:
     method = select_methods([settings.sweep_method])[0]
     default_tau = float(settings.config.get("similarity_threshold", Config().similarity_threshold))
     main = next((r for r in runs if r.user == user.id and r.method == method.name
-                 and r.status == "ok"), None)
+                 and r.stream == stream and r.status == "ok"), None)
     points, sweep_runs = [], []
     taus = set(settings.tau_sweep)
     if main is not None:  # the main run is the point at the default tau, free of charge
@@ -121,7 +141,7 @@ def _sweep(ctx: ReplayContext, settings: E2ESettings, user: User, runs: Sequence
             result, note = main, "main run (default tau)"
         else:
             bar.set_postfix_str(f"{user.id} {method.name} tau={tau}")
-            result = replay(ctx, user, method, naive=naive, tau=tau)
+            result = replay(ctx, user, method, naive=naive, tau=tau, stream=stream)
             bar.update(1)
         sweep_runs.append(result)
         if result.status == "ok":
@@ -141,8 +161,16 @@ def run_benchmark(settings: E2ESettings, *, load_model: Loader,
     """Run the whole benchmark and write its outputs to ``settings.out``; returns the payload
     of ``results.json``. ``load_model`` returns ``(model, tokenizer)``."""
     t_start = time.perf_counter()
+    unknown = [s for s in settings.streams if s not in STREAMS]
+    if unknown or not settings.streams:
+        raise ValueError(f"streams must be some of {', '.join(STREAMS)}, got {settings.streams}")
+    para = load_paraphrases(settings.paraphrase_files) if "paraphrase" in settings.streams else None
     users = select_users(settings.data, settings.users, settings.queries,
-                         max_meetings=settings.max_meetings, series=settings.series)
+                         max_meetings=settings.max_meetings, series=settings.series,
+                         eligible=None if para is None else
+                         (lambda u: has_paraphrases(u, para, settings.repeat_rate)))
+    streams = {(u.id, s): stream_user(u, s, para, rate=settings.repeat_rate, seed=settings.seed)
+               for u in users for s in settings.streams}  # raises before the model loads
     methods = select_methods(settings.methods)
     model, tok = load_model()
     memo = MemoEmbedder(load_embedder(embedder))
@@ -150,18 +178,19 @@ def run_benchmark(settings: E2ESettings, *, load_model: Loader,
     ctx = ReplayContext(model, tok, memo, settings.max_new_tokens, settings.idle_budget_s,
                         settings.knowledge_rounds, common, dict(settings.config), settings.progress)
     n_sweep = len(settings.tau_sweep)
+    sweep_stream = "paraphrase" if "paraphrase" in settings.streams else settings.streams[0]
     runs: list[RunResult] = []
-    naive_by_user: dict[str, list[str]] = {}
-    with tqdm(total=len(users) * len(methods) + n_sweep, desc="e2e", unit="run",
+    naive_by: dict[tuple[str, str], list[str]] = {}
+    with tqdm(total=len(streams) * len(methods) + n_sweep, desc="e2e", unit="run",
               disable=not settings.progress) as bar:
-        for user in users:
+        for (uid, stream), user in streams.items():
             for method in methods:
-                bar.set_postfix_str(f"{user.id} {method.name}")
-                result = replay(ctx, user, method, naive=naive_by_user.get(user.id))
+                bar.set_postfix_str(f"{uid} {stream} {method.name}")
+                result = replay(ctx, user, method, naive=naive_by.get((uid, stream)), stream=stream)
                 runs.append(result)
                 _checkpoint(settings.out, runs)
                 if method.name == REFERENCE_METHOD and result.status == "ok":
-                    naive_by_user[user.id] = [q.answer for q in result.queries]
+                    naive_by[uid, stream] = [q.answer for q in result.queries]
                     for q in result.queries:  # the reference against itself
                         q.rouge_l_naive = rouge_l(q.answer, q.answer)
                     result.summary = summarize([result])
@@ -169,25 +198,30 @@ def run_benchmark(settings: E2ESettings, *, load_model: Loader,
         sweep: list[Any] = []
         sweep_runs: list[Any] = []
         if n_sweep:
-            sweep, sweep_runs = _sweep(ctx, settings, users[0], runs,
-                                       naive_by_user.get(users[0].id), bar)
+            sweep, sweep_runs = _sweep(ctx, settings, streams[users[0].id, sweep_stream],
+                                       sweep_stream, runs, naive_by.get((users[0].id, sweep_stream)),
+                                       bar)
             bar.update(bar.total - bar.n)
-    summary = {}
-    for m in methods:
-        done = [r for r in runs if r.method == m.name and r.status == "ok"]
-        if done:
-            summary[m.name] = {"label": m.label, **summarize(done)}
     payload: dict[str, Any] = {
         "model": model_name,
         "embedder": memo.name,
-        "settings": {**{k: v for k, v in asdict(settings).items() if k not in ("data", "out")},
-                     "data": str(settings.data), "out": str(settings.out)},
+        "settings": {**{k: v for k, v in asdict(settings).items()
+                        if k not in ("data", "out", "paraphrase_files")},
+                     "data": str(settings.data), "out": str(settings.out),
+                     "paraphrase_files": [p.name for p in settings.paraphrase_files]},
         "methods": [{"name": m.name, "label": m.label, "config": dict(m.config),
                      "predicts": m.predicts, "idle": m.idle, "description": m.description}
                     for m in methods],
         "users": [{"id": u.id, "corpus": u.corpus, "meetings": [m.id for m in u.meetings],
-                   "questions": len(u.questions)} for u in users],
-        "summary": summary,
+                   "questions": len(u.questions),
+                   "streams": {s: {"repeat_rate": repeat_share(streams[u.id, s].questions),
+                                   "queries": [{"text": q.text, "repeat_of": q.repeat_of,
+                                                "original": q.original}
+                                               for q in streams[u.id, s].questions]}
+                               for s in settings.streams}} for u in users],
+        "streams": list(settings.streams),
+        "sweep_stream": sweep_stream if n_sweep else None,
+        "summary": _summaries(methods, runs, settings.streams),
         "runs": [asdict(r) for r in runs],
         "tau_sweep": sweep,
         "tau_sweep_runs": [asdict(r) for r in sweep_runs if all(r is not x for x in runs)],
@@ -199,6 +233,19 @@ def run_benchmark(settings: E2ESettings, *, load_model: Loader,
     return written
 
 
+def _summaries(methods: Sequence[Any], runs: Sequence[RunResult],
+               streams: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Stream -> method name -> pooled summary over that stream's users (methods that ran)."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in streams:
+        out[s] = {}
+        for m in methods:
+            done = [r for r in runs if r.method == m.name and r.stream == s and r.status == "ok"]
+            if done:
+                out[s][m.name] = {"label": m.label, **summarize(done)}
+    return out
+
+
 def _write(out: Path, payload: dict[str, Any], runs: Sequence[RunResult]) -> dict[str, Any]:
     """results.json (first, so a plotting error loses no data), the plots, results.md."""
     out.mkdir(parents=True, exist_ok=True)
@@ -206,7 +253,7 @@ def _write(out: Path, payload: dict[str, Any], runs: Sequence[RunResult]) -> dic
     methods = select_methods([m["name"] for m in payload["methods"]])
     payload["plots"] = _plots(out, [u["id"] for u in payload["users"]], methods, runs,
                               payload["summary"], payload["tau_sweep"],
-                              payload["settings"]["sweep_method"])
+                              payload["settings"]["sweep_method"], payload.get("sweep_stream"))
     (out / "results.json").write_text(json.dumps(payload, indent=2))
     (out / "results.md").write_text(_markdown(payload))
     return payload
@@ -223,8 +270,65 @@ def replot(out: Path) -> dict[str, Any]:
     path = out / "results.json"
     if not path.is_file():
         raise FileNotFoundError(f"no results.json in {out} (run the benchmark first)")
-    payload = json.loads(path.read_text())
+    payload = _upgrade(json.loads(path.read_text()))
     return _write(out, payload, [_run_from_dict(r) for r in payload["runs"]])
+
+
+def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
+    """A results.json from before query streams: its one stream is ``original``."""
+    if "streams" not in payload:
+        payload["streams"] = ["original"]
+        payload["summary"] = {"original": payload["summary"]}
+        payload["sweep_stream"] = "original" if payload.get("tau_sweep") else None
+    return payload
+
+
+def combine(parts: Sequence[Path], out: Path) -> dict[str, Any]:
+    """Merge the results of runs of the same benchmark over different users or streams (run
+    side by side, say one process per stream) into one ``out/results.json``, results.md and
+    plots; summaries are recomputed from the runs. Raises ValueError when the parts differ in
+    model or settings that change the figures, or repeat a (user, stream, method)."""
+    payloads = [_upgrade(json.loads((p / "results.json").read_text())) for p in parts]
+    if not payloads:
+        raise ValueError("nothing to combine")
+    first = payloads[0]
+    keys = ("max_new_tokens", "max_meetings", "queries", "repeat_rate", "seed", "config")
+    for p, part in zip(parts[1:], payloads[1:], strict=True):
+        differ = [k for k in keys if part["settings"].get(k) != first["settings"].get(k)]
+        if part["model"] != first["model"] or differ:
+            raise ValueError(f"{p} was run with other settings ({differ or 'model'}): not combined")
+    runs = [_run_from_dict(r) for part in payloads for r in part["runs"]]
+    seen = [(r.user, r.stream, r.method) for r in runs]
+    if len(seen) != len(set(seen)):
+        raise ValueError("the parts replay the same (user, stream, method) twice: not combined")
+    streams = list(dict.fromkeys(s for part in payloads for s in part["streams"]))
+    users: dict[str, dict[str, Any]] = {}
+    for part in payloads:
+        for u in part["users"]:
+            merged = users.setdefault(u["id"], {**u, "streams": {}})
+            merged["streams"].update(u.get("streams", {}))
+    methods = select_methods(list(dict.fromkeys(m["name"] for part in payloads
+                                                for m in part["methods"])))
+    swept = next((part for part in payloads if part["tau_sweep"]), first)
+    payload = {
+        **first,
+        "settings": {**first["settings"], "streams": streams, "out": str(out),
+                     "combined_from": [str(p) for p in parts]},
+        "methods": [m for m in first["methods"] if m["name"] in {x.name for x in methods}]
+        + [m for part in payloads[1:] for m in part["methods"]
+           if m["name"] not in {x["name"] for x in first["methods"]}],
+        "users": list(users.values()),
+        "streams": streams,
+        "summary": _summaries(methods, runs, streams),
+        "runs": [r for part in payloads for r in part["runs"]],
+        "tau_sweep": swept["tau_sweep"],
+        "tau_sweep_runs": swept["tau_sweep_runs"],
+        "sweep_stream": swept.get("sweep_stream"),
+        "plots": {},
+        "wall_s": max(part["wall_s"] for part in payloads),
+        "parts_wall_s": [part["wall_s"] for part in payloads],
+    }
+    return _write(out, _clean(payload), runs)
 
 
 # -- CLI ------------------------------------------------------------------------------------
@@ -253,7 +357,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tau-sweep", type=_taus, default=None,
                    help="similarity thresholds for the sweep on the first user, e.g. 0.6,0.8 "
                         "('' for none; default 0.6,0.7,0.8,0.9,0.95)")
-    p.add_argument("--sweep-method", default=SWEEP_METHOD, help="method of the threshold sweep")
+    p.add_argument("--sweep-method", default=SWEEP_METHOD,
+                   help="method of the threshold sweep (on the paraphrase stream when it runs)")
+    p.add_argument("--stream", choices=(*STREAMS, "both"), default=None,
+                   help="query streams: the questions as asked, with about 30%% of the queries an "
+                        "earlier question reworded (hand-written), or both (default both; "
+                        "--smoke: original)")
+    p.add_argument("--combine", type=Path, nargs="+", default=None, metavar="DIR",
+                   help="only merge the results.json of these runs (other users or streams, run "
+                        "side by side) into OUT")
     p.add_argument("--idle-budget", type=float, default=None,
                    help="seconds per idle phase (default: until the idle queue is empty)")
     p.add_argument("--out", type=Path, default=Path("bench-out/e2e"), help="output folder")
@@ -265,6 +377,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--replot", action="store_true",
                    help="only redraw the plots and results.md from OUT/results.json")
+
+
+def _streams(choice: str) -> tuple[str, ...]:
+    return STREAMS if choice == "both" else (choice,)
 
 
 def settings_from_args(args: argparse.Namespace) -> E2ESettings:
@@ -285,6 +401,7 @@ def settings_from_args(args: argparse.Namespace) -> E2ESettings:
         series=tuple(args.series) if args.series else None,
         tau_sweep=pick(args.tau_sweep, d.tau_sweep, ()),
         sweep_method=args.sweep_method,
+        streams=_streams(args.stream or ("original" if smoke else "both")),
         idle_budget_s=args.idle_budget,
         out=args.out,
         smoke=smoke,
@@ -314,12 +431,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         payload = replot(args.out)
         print(f"redrew {len(payload['plots'])} plots and results.md in {args.out}")
         return payload
+    if args.combine:
+        payload = combine(args.combine, args.out)
+        print(f"combined {len(args.combine)} runs into {args.out}: {len(payload['runs'])} replays, "
+              f"{len(payload['plots'])} plots")
+        return payload
     require_qmsum(args.data)
     torch.set_num_threads(args.threads)
     settings = settings_from_args(args)
     payload = run_benchmark(settings, load_model=lambda: load_smollm2(status=True), embedder=None,
                             model_name="SmolLM2-135M-Instruct (GGUF Q4_1, fp32)")
-    print(markdown_table(SUMMARY_HEADER, [summary_row(s["label"], s) for s in payload["summary"].values()]))
+    for stream, summary in payload["summary"].items():
+        print(f"stream {stream}:")
+        print(markdown_table(SUMMARY_HEADER, [summary_row(s["label"], s) for s in summary.values()]))
     for r in payload["runs"]:
         if r["status"] != "ok":
             print(f"{r['user']} / {r['method']}: {r['status']}: {r['reason'].splitlines()[0]}")

@@ -61,27 +61,29 @@ def _m(name: str, label: str, description: str, *, predicts: bool, idle: bool,
 
 
 _NO_PREDICT = {"predict": "off"}
+_PLAIN = {"drafting": False}  # the baselines decode plainly: drafting is percache's own
 _RAG = {"use_kv": True, "reuse": "exact"}
 _SLEEP = {"predict": "both", "population_cutoff": 1.0}
-_FULL = {"use_kv": True, "reuse": "shifted", "use_qa_bank": True, "predict": "both"}
+_FULL = {"use_kv": True, "reuse": "shifted", "use_qa_bank": True, "predict": "both",
+         "drafting": True}
 
 METHODS: tuple[Method, ...] = (
     _m("naive", "Naive", "no cache: every question retrieves and prefills its whole prompt",
-       predicts=False, idle=False, use_kv=False, use_qa_bank=False, **_NO_PREDICT),
+       predicts=False, idle=False, use_kv=False, use_qa_bank=False, **_NO_PREDICT, **_PLAIN),
     _m("ragcache", "RAGCache-like", "exact chunk-prefix K/V reuse, filled only on misses",
-       predicts=False, idle=False, use_qa_bank=False, **_RAG, **_NO_PREDICT),
+       predicts=False, idle=False, use_qa_bank=False, **_RAG, **_NO_PREDICT, **_PLAIN),
     _m("meancache", "MeanCache-like", "semantic QA bank, filled only on misses",
-       predicts=False, idle=False, use_kv=False, use_qa_bank=True, **_NO_PREDICT),
+       predicts=False, idle=False, use_kv=False, use_qa_bank=True, **_NO_PREDICT, **_PLAIN),
     _m("sleeptime", "Sleep-time-like",
        "predicted questions fully answered in idle time, QA bank only",
-       predicts=True, idle=True, use_kv=False, use_qa_bank=True, **_SLEEP),
+       predicts=True, idle=True, use_kv=False, use_qa_bank=True, **_SLEEP, **_PLAIN),
     _m("ragcache+meancache", "RAGCache+MeanCache", "both caches, filled only on misses",
-       predicts=False, idle=False, use_qa_bank=True, **_RAG, **_NO_PREDICT),
+       predicts=False, idle=False, use_qa_bank=True, **_RAG, **_NO_PREDICT, **_PLAIN),
     _m("ragcache+sleeptime", "RAGCache+Sleep-time",
        "exact K/V reuse plus predicted questions fully answered in idle time",
-       predicts=True, idle=True, use_qa_bank=True, **_RAG, **_SLEEP),
+       predicts=True, idle=True, use_qa_bank=True, **_RAG, **_SLEEP, **_PLAIN),
     _m("percache", "percache",
-       "both banks, shifted K/V reuse, prediction and the population scheduler",
+       "both banks, shifted K/V reuse, prediction, the population scheduler and verified drafts",
        predicts=True, idle=True, **_FULL),
     _m("percache-no-qa", "percache w/o QA bank", "percache without the QA bank",
        predicts=True, idle=True, **{**_FULL, "use_qa_bank": False}),
@@ -104,7 +106,7 @@ REFERENCE_METHOD = "naive"
 """The method whose answers the others' ROUGE-L "vs naive" is measured against."""
 SWEEP_METHOD = "percache"
 
-OFF_VALUES: Mapping[str, Any] = MappingProxyType({"predict": "off"})
+OFF_VALUES: Mapping[str, Any] = MappingProxyType({"predict": "off", "drafting": False})
 """Values that mean "feature off": when this engine's Config lacks the key, a method asking
 for exactly this value runs without it (the feature does not exist, so it is off)."""
 

@@ -52,6 +52,13 @@ class QueryRecord:
     reference: str = ""
     rouge_l_ref: float = 0.0
     rouge_l_naive: float | None = None
+    repeat_of: int | None = None  # stream index of the earlier question this one rewords
+    drafting: str = ""  # "on", or why decoding ran without drafts
+    tokens_drafted: int = 0
+    tokens_accepted: int = 0
+    decode_forwards: int = 0
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,6 +97,7 @@ class RunResult:
     status: Literal["ok", "skipped", "failed"]
     reason: str = ""
     tau: float | None = None
+    stream: str = "original"
     queries: list[QueryRecord] = field(default_factory=list)
     background: Background = field(default_factory=Background)
     kv_bytes: int = 0
@@ -122,11 +130,16 @@ def _record(i: int, q: Question, ans: Any, naive: Sequence[str] | None) -> Query
         similarity=ans.similarity, matched_question=ans.matched_question, answer=ans.text,
         reference=q.answer, rouge_l_ref=rouge_l(ans.text, q.answer),
         rouge_l_naive=rouge_l(ans.text, naive[i]) if naive is not None and i < len(naive) else None,
+        repeat_of=q.repeat_of,
     )
     if st is not None:
         rec.prompt_tokens, rec.tokens_reused = st.prompt_tokens, st.tokens_reused
         rec.tokens_shifted, rec.tokens_computed = st.tokens_shifted, st.tokens_computed
         rec.new_tokens = st.new_tokens
+        rec.drafting, rec.tokens_drafted = st.drafting, st.tokens_drafted
+        rec.tokens_accepted, rec.decode_forwards = st.tokens_accepted, st.decode_forwards
+        rec.drafted_by_source = dict(st.drafted_by_source)
+        rec.accepted_by_source = dict(st.accepted_by_source)
     return rec
 
 
@@ -185,14 +198,14 @@ def _drive(pc: Any, ctx: ReplayContext, user: User, method: Method, result: RunR
 
 
 def replay(ctx: ReplayContext, user: User, method: Method, *, naive: Sequence[str] | None = None,
-           tau: float | None = None) -> RunResult:
+           tau: float | None = None, stream: str = "original") -> RunResult:
     """Replay ``user`` with ``method`` on a fresh temporary store. A method this engine cannot
     run (a Config key or ``PerCache.predict`` missing) is skipped at set-up; an error during
     the replay is recorded as ``failed`` with its traceback, so one run cannot sink the rest."""
     from ..handle import enable
 
     t0 = time.perf_counter()
-    result = RunResult(user.id, method.name, method.label, "ok", tau=tau)
+    result = RunResult(user.id, method.name, method.label, "ok", tau=tau, stream=stream)
     overrides = dict(ctx.config)
     if tau is not None:
         overrides["similarity_threshold"] = tau
@@ -239,6 +252,14 @@ def summarize(runs: Sequence[RunResult]) -> dict[str, Any]:
     bg = [run.background for run in runs]
     fg_prefill = sum(r.tokens_computed for r in gen)
     fg_decode = sum(r.new_tokens for r in gen)
+    repeats = [r for r in recs if r.repeat_of is not None]
+    drafted = sum(r.tokens_drafted for r in gen)
+    by_source: dict[str, list[int]] = {}
+    for r in gen:
+        for src, n in r.drafted_by_source.items():
+            acc = by_source.setdefault(src, [0, 0])
+            acc[0] += n
+            acc[1] += r.accepted_by_source.get(src, 0)
     return {
         "users": len(runs),
         "queries": len(recs),
@@ -249,6 +270,9 @@ def summarize(runs: Sequence[RunResult]) -> dict[str, Any]:
         "ttft_p50_s": _stat(ttft, 50),
         "ttft_p95_s": _stat(ttft, 95),
         "qa_hit_rate": (len(recs) - len(gen)) / len(recs) if recs else None,
+        "repeat_rate": len(repeats) / len(recs) if recs else None,
+        "qa_hit_rate_repeats": (sum(r.source == "qa_bank" for r in repeats) / len(repeats)
+                                if repeats else None),
         "kv_hit_ratio": sum(r.tokens_reused + r.tokens_shifted for r in gen) / prompt if prompt else 0.0,
         "kv_exact_ratio": sum(r.tokens_reused for r in gen) / prompt if prompt else 0.0,
         "kv_shifted_ratio": sum(r.tokens_shifted for r in gen) / prompt if prompt else 0.0,
@@ -258,6 +282,13 @@ def summarize(runs: Sequence[RunResult]) -> dict[str, Any]:
         "fg_decode_tokens": fg_decode,
         "fg_tokens": fg_prefill + fg_decode,
         "fg_tokens_per_query": (fg_prefill + fg_decode) / len(recs) if recs else None,
+        "drafted_answers": sum(r.drafting == "on" for r in gen),
+        "tokens_drafted": drafted,
+        "tokens_accepted": sum(r.tokens_accepted for r in gen),
+        "draft_acceptance": sum(r.tokens_accepted for r in gen) / drafted if drafted else None,
+        "decode_forwards": sum(r.decode_forwards for r in gen),
+        "drafted_by_source": {k: v[0] for k, v in sorted(by_source.items())},
+        "accepted_by_source": {k: v[1] for k, v in sorted(by_source.items())},
         "bg_prefill_tokens": sum(b.prefill_tokens for b in bg),
         "bg_decode_tokens": sum(b.decode_tokens for b in bg),
         "bg_tasks": sum(b.tasks_run for b in bg),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +21,14 @@ _CORPORA = ("AMI", "ICSI", "committee")
 # -- users ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Question:
+    """One query of a stream; a rewording of an earlier query carries ``repeat_of`` (that
+    query's index in the stream) and ``original`` (its text), and keeps its reference answer."""
+
     text: str
     answer: str
     meeting: str
+    repeat_of: int | None = None
+    original: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,12 @@ def _user(series: str, meetings: Sequence[Meeting], n_queries: int) -> User:
 
 
 def select_users(root: Path, n_users: int, n_queries: int, *, max_meetings: int,
-                 series: Sequence[str] | None = None) -> list[User]:
+                 series: Sequence[str] | None = None,
+                 eligible: Callable[[User], bool] | None = None) -> list[User]:
     """Users with at least ``n_queries`` specific questions in their first ``max_meetings``
-    meetings; the default choice alternates AMI, ICSI and committee series (each in id order),
-    ``series`` names them instead. Raises ValueError when none qualifies or a name is unknown."""
+    meetings (and, for the default choice, ``eligible``); the default choice alternates AMI,
+    ICSI and committee series (each in id order), ``series`` names them instead. Raises
+    ValueError when none qualifies or a name is unknown."""
     if n_users < 1 or n_queries < 1 or max_meetings < 1:
         raise ValueError("--users, --queries and --max-meetings must be at least 1")
     all_series = {s: ms[:max_meetings] for s, ms in iter_series(root)}
@@ -67,7 +74,7 @@ def select_users(root: Path, n_users: int, n_queries: int, *, max_meetings: int,
     by_corpus: dict[str, list[User]] = {c: [] for c in _CORPORA}
     for s, ms in all_series.items():
         user = _user(s, ms, n_queries)
-        if len(user.questions) >= n_queries:
+        if len(user.questions) >= n_queries and (eligible is None or eligible(user)):
             by_corpus[user.corpus].append(user)
     users: list[User] = []
     while len(users) < n_users and any(by_corpus.values()):
@@ -76,7 +83,9 @@ def select_users(root: Path, n_users: int, n_queries: int, *, max_meetings: int,
                 users.append(by_corpus[corpus].pop(0))
     if not users:
         raise ValueError(f"no QMSum series under {root} has {n_queries} specific questions in its "
-                         f"first {max_meetings} meetings (lower --queries or raise --max-meetings)")
+                         f"first {max_meetings} meetings"
+                         + (" and rewordings for the paraphrase stream" if eligible else "")
+                         + " (lower --queries or raise --max-meetings)")
     return users
 
 

@@ -80,7 +80,7 @@ _MEAN_METRICS = (
 
 
 def mean_latency(table: Mapping[str, Mapping[str, Mapping[str, float | None]]],
-                 path: Path) -> Path:
+                 path: Path, *, title: str = "") -> Path:
     """Mean latency, time to first token and foreground tokens per method, grouped by user,
     plus all users pooled (Fig. 14 shape).
 
@@ -103,12 +103,12 @@ def mean_latency(table: Mapping[str, Mapping[str, Mapping[str, float | None]]],
         ax.grid(True, axis="y", alpha=0.3)
     if labels:
         axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    axes[0].set_title("Average per method and user")
+    axes[0].set_title("Average per method and user" + (f" ({title})" if title else ""))
     return _save(fig, path)
 
 
 def hit_rates(pairs: Sequence[tuple[str, Mapping[str, float] | None, Mapping[str, float] | None]],
-              path: Path) -> Path:
+              path: Path, *, title: str = "") -> Path:
     """QA-bank hit rate and K/V token hit ratio without and with prediction (Fig. 16b shape).
 
     :param pairs: ``(label, without, with)``; each side maps ``qa_hit_rate`` and
@@ -117,7 +117,7 @@ def hit_rates(pairs: Sequence[tuple[str, Mapping[str, float] | None, Mapping[str
     """
     fig = Figure(figsize=(max(8, 2.2 * len(pairs) + 2), 4))
     metrics = (("qa_hit_rate", "QA-bank hit rate"), ("kv_hit_ratio", "K/V token hit ratio"))
-    for k, (key, title) in enumerate(metrics):
+    for k, (key, metric) in enumerate(metrics):
         ax = fig.add_subplot(1, 2, k + 1)
         xs = list(range(len(pairs)))
         for j, (side, name) in enumerate(((1, "without prediction"), (2, "with prediction"))):
@@ -130,7 +130,7 @@ def hit_rates(pairs: Sequence[tuple[str, Mapping[str, float] | None, Mapping[str
                         va="bottom", fontsize=7)
         ax.set_xticks(xs, [p[0] for p in pairs], fontsize=8)
         ax.set_ylim(0, 1)
-        ax.set_title(title)
+        ax.set_title(metric + (f" ({title})" if title else ""))
         ran = [float(v.get(key) or 0.0) for p in pairs for v in (p[1], p[2]) if v is not None]
         if ran and not any(ran):  # an empty-looking panel says why
             ax.text(0.5, 0.5, "0% for every method in this run", transform=ax.transAxes,

@@ -15,17 +15,25 @@ from percache_plugin.bench.e2e_methods import (
     method_config,
     select_methods,
 )
+from percache_plugin.bench.e2e_report import PER_STREAM, plot_key
 from percache_plugin.config import Config
 from tests.helpers import tiny_pair
 
 FIXTURE = Path(__file__).resolve().parent.parent / "rag" / "fixtures" / "qmsum"
+PARA = {"pairs": [
+    {"meeting": "ES9001a", "query": "What did Marketing report from the market survey?",
+     "paraphrase": "What were the market survey findings Marketing presented?"},
+    {"meeting": "ES9001a", "query": "What was the budget for the remote control?",
+     "paraphrase": "How much money was there for the remote?"}]}
 
 
 def _settings(out: Path, **changes: object) -> e2e.E2ESettings:
+    para = out / "paraphrases.json"
+    para.write_text(json.dumps(PARA))
     base = e2e.E2ESettings(
         data=FIXTURE, users=1, queries=3, methods=("naive", "ragcache+meancache"),
         max_new_tokens=4, max_meetings=2, tau_sweep=(0.7, 0.9),
-        sweep_method="ragcache+meancache", out=out, progress=False,
+        sweep_method="ragcache+meancache", out=out, progress=False, paraphrase_files=(para,),
     )
     for key, value in changes.items():
         setattr(base, key, value)
@@ -43,21 +51,36 @@ def test_outputs_written(payload: dict) -> None:
     out = Path(payload["settings"]["out"])
     data = json.loads((out / "results.json").read_text())
     assert set(data) >= {"model", "embedder", "settings", "methods", "users", "summary", "runs",
-                         "tau_sweep", "plots", "wall_s"}
+                         "tau_sweep", "plots", "wall_s", "streams"}
+    assert data["streams"] == ["original", "paraphrase"]
     assert [u["id"] for u in data["users"]] == ["ES9001"]
     assert data["users"][0]["meetings"] == ["ES9001a", "ES9001b"]
-    assert [r["status"] for r in data["runs"]] == ["ok", "ok"], [r["reason"] for r in data["runs"]]
+    assert [r["status"] for r in data["runs"]] == ["ok"] * 4, [r["reason"] for r in data["runs"]]
+    assert [(r["stream"], r["method"]) for r in data["runs"]] == [
+        ("original", "naive"), ("original", "ragcache+meancache"),
+        ("paraphrase", "naive"), ("paraphrase", "ragcache+meancache")]
     for run in data["runs"]:
-        assert len(run["queries"]) == 3
-        assert run["summary"]["queries"] == 3
+        n = 3 if run["stream"] == "original" else 4  # 3 questions + 1 rewording (25%)
+        assert len(run["queries"]) == n and run["summary"]["queries"] == n
+        repeats = [q for q in run["queries"] if q["repeat_of"] is not None]
+        assert len(repeats) == (run["stream"] == "paraphrase")
+        for q in repeats:  # a rewording is scored against its original's reference
+            assert q["reference"] == run["queries"][q["repeat_of"]]["reference"]
+            assert q["question"] != run["queries"][q["repeat_of"]]["question"]
+    para_user = data["users"][0]["streams"]["paraphrase"]
+    assert para_user["repeat_rate"] == pytest.approx(0.25)
+    assert data["summary"]["paraphrase"]["naive"]["repeat_rate"] == pytest.approx(0.25)
+    assert data["summary"]["original"]["naive"]["repeat_rate"] == 0
+    for q in data["runs"][0]["queries"]:  # the baselines decode plainly
+        assert q["drafting"] == "off" and q["tokens_drafted"] == 0
     for name in ("naive", "ragcache+meancache"):
-        s = data["summary"][name]
+        s = data["summary"]["original"][name]
         for key in ("latency_mean_s", "latency_p50_s", "latency_p95_s", "ttft_mean_s",
                     "ttft_p50_s", "ttft_p95_s", "qa_hit_rate", "kv_hit_ratio", "rouge_l_ref",
                     "rouge_l_naive", "stored_bytes", "bg_prefill_tokens", "bg_decode_tokens",
                     "fg_prefill_tokens", "fg_decode_tokens"):
             assert key in s
-    naive, cached = data["summary"]["naive"], data["summary"]["ragcache+meancache"]
+    naive, cached = data["summary"]["original"]["naive"], data["summary"]["original"]["ragcache+meancache"]
     assert naive["kv_hit_ratio"] == 0.0 and naive["stored_bytes"] == 0
     assert naive["rouge_l_naive"] == pytest.approx(1.0)  # naive against itself
     assert cached["stored_bytes"] > 0
@@ -69,7 +92,9 @@ def test_outputs_written(payload: dict) -> None:
     assert [p["tau"] for p in data["tau_sweep"] if p["note"]] == [default_tau]  # the main run
     md = (out / "results.md").read_text()
     assert "| method |" in md and "RAGCache+MeanCache" in md and "Naive" in md
-    assert set(data["plots"]) == set(e2e.PLOTS)
+    assert "## Stream paraphrase: all users" in md and "tokens drafted" in md
+    assert data["sweep_stream"] == "paraphrase"
+    assert set(data["plots"]) == _plot_keys(data["streams"])
     for name in data["plots"].values():
         png = out / name
         assert png.is_file() and png.stat().st_size > 1000
@@ -77,12 +102,16 @@ def test_outputs_written(payload: dict) -> None:
     assert not (out / "results.partial.json").exists()  # only kept when a run is cut short
 
 
+def _plot_keys(streams: list[str]) -> set[str]:
+    return {"tau_sweep"} | {plot_key(k, s) for k in PER_STREAM for s in streams}
+
+
 def test_replot_from_json(payload: dict) -> None:
     out = Path(payload["settings"]["out"])
-    for name in e2e.PLOTS.values():
+    for name in payload["plots"].values():
         (out / name).unlink()
     again = e2e.replot(out)
-    assert set(again["plots"]) == set(e2e.PLOTS)
+    assert set(again["plots"]) == _plot_keys(["original", "paraphrase"])
     assert all((out / name).stat().st_size > 1000 for name in again["plots"].values())
     with pytest.raises(FileNotFoundError):
         e2e.replot(out / "nowhere")
@@ -92,7 +121,8 @@ def test_predicting_method_runs_or_is_skipped_at_setup(tmp_path: Path) -> None:
     """Until the engine has prediction, predicting methods are skipped with a reason; once it
     has, they run. Either way the harness completes."""
     data = e2e.run_benchmark(
-        _settings(tmp_path, methods=("naive", "sleeptime"), queries=2, tau_sweep=()),
+        _settings(tmp_path, methods=("naive", "sleeptime"), queries=2, tau_sweep=(),
+                  streams=("original",)),
         load_model=lambda: tiny_pair("llama"), embedder="hash")
     status = {r["method"]: (r["status"], r["reason"]) for r in data["runs"]}
     assert status["naive"][0] == "ok"
@@ -134,5 +164,29 @@ def test_smoke_flags() -> None:
     assert s.methods is not None and len(s.methods) == 2
     s = e2e.settings_from_args(p.parse_args(["--smoke", "--queries", "5", "--tau-sweep", "0.6,0.9"]))
     assert s.queries == 5 and s.tau_sweep == (0.6, 0.9)
+    assert s.streams == ("original",)  # the CI run stays short
     full = e2e.settings_from_args(p.parse_args([]))
     assert full.methods is None and full.tau_sweep == e2e.DEFAULT_TAUS
+    assert full.streams == ("original", "paraphrase")
+    assert e2e.settings_from_args(p.parse_args(["--stream", "paraphrase"])).streams == ("paraphrase",)
+
+
+def test_combine_parts_run_side_by_side(tmp_path: Path) -> None:
+    """One run per stream, merged: the summaries are those of one run over both streams."""
+    parts = []
+    for stream in ("original", "paraphrase"):
+        out = tmp_path / stream
+        out.mkdir()
+        e2e.run_benchmark(_settings(out, methods=("naive",), queries=2, tau_sweep=(),
+                                    streams=(stream,)),
+                          load_model=lambda: tiny_pair("llama"), embedder="hash")
+        parts.append(out)
+    data = e2e.combine(parts, tmp_path / "all")
+    assert data["streams"] == ["original", "paraphrase"]
+    assert [(r["stream"], r["method"]) for r in data["runs"]] == [("original", "naive"),
+                                                                  ("paraphrase", "naive")]
+    assert data["summary"]["paraphrase"]["naive"]["queries"] == 3
+    assert set(data["users"][0]["streams"]) == {"original", "paraphrase"}
+    assert (tmp_path / "all" / "results.md").is_file()
+    with pytest.raises(ValueError, match="twice"):
+        e2e.combine([parts[0], parts[0]], tmp_path / "dup")
