@@ -21,7 +21,7 @@ tokens, from the :class:`~percache_plugin.idle.IdleReport` of each phase). Next 
 tokens prefilled and tokens decoded while the user waited. The methods are our own plugins
 switched on and off (:mod:`percache_plugin.bench.e2e_methods`).
 
-Outputs in ``--out``: ``results.json``, ``results.md`` and four plots (see :data:`PLOTS`).
+Outputs in ``--out``: ``results.json``, ``results.md`` and the plots of each stream (see :data:`PLOTS`).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import argparse
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,8 +57,7 @@ from .e2e_replay import (
 )
 from .e2e_report import PLOTS, SUMMARY_HEADER, summary_row
 from .e2e_report import clean as _clean
-from .e2e_report import markdown_report as _markdown
-from .e2e_report import write_plots as _plots
+from .e2e_results import combine, replot, summaries, write_results
 from .e2e_streams import (
     PARAPHRASE_FILES,
     REPEAT_RATE,
@@ -164,7 +163,11 @@ def run_benchmark(settings: E2ESettings, *, load_model: Loader,
     unknown = [s for s in settings.streams if s not in STREAMS]
     if unknown or not settings.streams:
         raise ValueError(f"streams must be some of {', '.join(STREAMS)}, got {settings.streams}")
-    para = load_paraphrases(settings.paraphrase_files) if "paraphrase" in settings.streams else None
+    # the default users are those with rewordings, whichever streams run, so that runs of one
+    # stream each (side by side, then --combine) replay the same users
+    files = settings.paraphrase_files
+    para = (load_paraphrases(files) if "paraphrase" in settings.streams
+            or all(p.is_file() for p in files) else None)
     users = select_users(settings.data, settings.users, settings.queries,
                          max_meetings=settings.max_meetings, series=settings.series,
                          eligible=None if para is None else
@@ -221,114 +224,16 @@ def run_benchmark(settings: E2ESettings, *, load_model: Loader,
                                for s in settings.streams}} for u in users],
         "streams": list(settings.streams),
         "sweep_stream": sweep_stream if n_sweep else None,
-        "summary": _summaries(methods, runs, settings.streams),
+        "summary": summaries(methods, runs, settings.streams),
         "runs": [asdict(r) for r in runs],
         "tau_sweep": sweep,
         "tau_sweep_runs": [asdict(r) for r in sweep_runs if all(r is not x for x in runs)],
         "plots": {},
         "wall_s": time.perf_counter() - t_start,
     }
-    written = _write(settings.out, _clean(payload), runs)
+    written = write_results(settings.out, _clean(payload), runs)
     (settings.out / "results.partial.json").unlink(missing_ok=True)
     return written
-
-
-def _summaries(methods: Sequence[Any], runs: Sequence[RunResult],
-               streams: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Stream -> method name -> pooled summary over that stream's users (methods that ran)."""
-    out: dict[str, dict[str, Any]] = {}
-    for s in streams:
-        out[s] = {}
-        for m in methods:
-            done = [r for r in runs if r.method == m.name and r.stream == s and r.status == "ok"]
-            if done:
-                out[s][m.name] = {"label": m.label, **summarize(done)}
-    return out
-
-
-def _write(out: Path, payload: dict[str, Any], runs: Sequence[RunResult]) -> dict[str, Any]:
-    """results.json (first, so a plotting error loses no data), the plots, results.md."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(payload, indent=2))
-    methods = select_methods([m["name"] for m in payload["methods"]])
-    payload["plots"] = _plots(out, [u["id"] for u in payload["users"]], methods, runs,
-                              payload["summary"], payload["tau_sweep"],
-                              payload["settings"]["sweep_method"], payload.get("sweep_stream"))
-    (out / "results.json").write_text(json.dumps(payload, indent=2))
-    (out / "results.md").write_text(_markdown(payload))
-    return payload
-
-
-def _run_from_dict(d: Mapping[str, Any]) -> RunResult:
-    fields = {**d, "queries": [QueryRecord(**q) for q in d["queries"]],
-              "background": Background(**d["background"])}
-    return RunResult(**fields)
-
-
-def replot(out: Path) -> dict[str, Any]:
-    """Redraw the plots and results.md from ``out/results.json`` (no model needed)."""
-    path = out / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no results.json in {out} (run the benchmark first)")
-    payload = _upgrade(json.loads(path.read_text()))
-    return _write(out, payload, [_run_from_dict(r) for r in payload["runs"]])
-
-
-def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
-    """A results.json from before query streams: its one stream is ``original``."""
-    if "streams" not in payload:
-        payload["streams"] = ["original"]
-        payload["summary"] = {"original": payload["summary"]}
-        payload["sweep_stream"] = "original" if payload.get("tau_sweep") else None
-    return payload
-
-
-def combine(parts: Sequence[Path], out: Path) -> dict[str, Any]:
-    """Merge the results of runs of the same benchmark over different users or streams (run
-    side by side, say one process per stream) into one ``out/results.json``, results.md and
-    plots; summaries are recomputed from the runs. Raises ValueError when the parts differ in
-    model or settings that change the figures, or repeat a (user, stream, method)."""
-    payloads = [_upgrade(json.loads((p / "results.json").read_text())) for p in parts]
-    if not payloads:
-        raise ValueError("nothing to combine")
-    first = payloads[0]
-    keys = ("max_new_tokens", "max_meetings", "queries", "repeat_rate", "seed", "config")
-    for p, part in zip(parts[1:], payloads[1:], strict=True):
-        differ = [k for k in keys if part["settings"].get(k) != first["settings"].get(k)]
-        if part["model"] != first["model"] or differ:
-            raise ValueError(f"{p} was run with other settings ({differ or 'model'}): not combined")
-    runs = [_run_from_dict(r) for part in payloads for r in part["runs"]]
-    seen = [(r.user, r.stream, r.method) for r in runs]
-    if len(seen) != len(set(seen)):
-        raise ValueError("the parts replay the same (user, stream, method) twice: not combined")
-    streams = list(dict.fromkeys(s for part in payloads for s in part["streams"]))
-    users: dict[str, dict[str, Any]] = {}
-    for part in payloads:
-        for u in part["users"]:
-            merged = users.setdefault(u["id"], {**u, "streams": {}})
-            merged["streams"].update(u.get("streams", {}))
-    methods = select_methods(list(dict.fromkeys(m["name"] for part in payloads
-                                                for m in part["methods"])))
-    swept = next((part for part in payloads if part["tau_sweep"]), first)
-    payload = {
-        **first,
-        "settings": {**first["settings"], "streams": streams, "out": str(out),
-                     "combined_from": [str(p) for p in parts]},
-        "methods": [m for m in first["methods"] if m["name"] in {x.name for x in methods}]
-        + [m for part in payloads[1:] for m in part["methods"]
-           if m["name"] not in {x["name"] for x in first["methods"]}],
-        "users": list(users.values()),
-        "streams": streams,
-        "summary": _summaries(methods, runs, streams),
-        "runs": [r for part in payloads for r in part["runs"]],
-        "tau_sweep": swept["tau_sweep"],
-        "tau_sweep_runs": swept["tau_sweep_runs"],
-        "sweep_stream": swept.get("sweep_stream"),
-        "plots": {},
-        "wall_s": max(part["wall_s"] for part in payloads),
-        "parts_wall_s": [part["wall_s"] for part in payloads],
-    }
-    return _write(out, _clean(payload), runs)
 
 
 # -- CLI ------------------------------------------------------------------------------------

@@ -190,3 +190,18 @@ def test_combine_parts_run_side_by_side(tmp_path: Path) -> None:
     assert (tmp_path / "all" / "results.md").is_file()
     with pytest.raises(ValueError, match="twice"):
         e2e.combine([parts[0], parts[0]], tmp_path / "dup")
+
+
+def test_one_stream_runs_choose_the_same_users(tmp_path: Path) -> None:
+    """A run of the original stream alone chooses among the users with rewordings, as a
+    paraphrase run does, so runs of one stream each can be combined."""
+    base = _settings(tmp_path, methods=("naive",), tau_sweep=(), streams=("original",))
+    data = e2e.run_benchmark(base, load_model=lambda: tiny_pair("llama"), embedder="hash")
+    assert data["users"][0]["id"] == "ES9001"
+    (tmp_path / "none.json").write_text(json.dumps({"pairs": []}))
+    base.paraphrase_files = (tmp_path / "none.json",)
+    with pytest.raises(ValueError, match="rewordings for the paraphrase stream"):
+        e2e.run_benchmark(base, load_model=lambda: tiny_pair("llama"), embedder="hash")
+    base.paraphrase_files = (tmp_path / "missing.json",)  # no files: any user, original only
+    data = e2e.run_benchmark(base, load_model=lambda: tiny_pair("llama"), embedder="hash")
+    assert data["users"][0]["id"] == "ES9001"
