@@ -80,7 +80,8 @@ def draft_row(name: str, s: Mapping[str, Any]) -> list[str]:
     return [name, _fmt(s.get("repeat_rate"), ".0%"), _fmt(s.get("qa_hit_rate_repeats"), ".0%"),
             str(s.get("drafted_answers", "-")), str(s.get("tokens_drafted", "-")),
             str(s.get("tokens_accepted", "-")), _fmt(s.get("draft_acceptance"), ".0%"),
-            str(s.get("decode_forwards", "-")), str(s["fg_decode_tokens"]), sources or "-"]
+            str(s["decode_forwards"]) if s.get("drafted_answers") else "-",  # counted when drafting
+            str(s["fg_decode_tokens"]), sources or "-"]
 
 
 def _user_row(run: Mapping[str, Any]) -> list[str]:
@@ -178,8 +179,11 @@ def _stream_plots(out: Path, stream: str, users: Sequence[str], methods: Sequenc
                               for q in ok[first, m.name].queries]
               for m in methods if (first, m.name) in ok}
     if series:
+        shown = next(ok[first, m.name] for m in methods if (first, m.name) in ok)
+        repeats = {q.index: q.repeat_of for q in shown.queries if q.repeat_of is not None}
         written["per_query_latency"] = plots.per_query_latency(
-            series, f"{first}, {stream} stream", out / _plot_file("per_query_latency", stream)).name
+            series, f"{first}, {stream} stream", out / _plot_file("per_query_latency", stream),
+            repeats=repeats).name
     table: dict[str, dict[str, Any]] = {u: {label[m.name]: ok[u, m.name].summary for m in methods if (u, m.name) in ok}
              for u in users}
     table["all"] = {label[m]: s for m, s in summary.items()}

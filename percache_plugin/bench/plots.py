@@ -39,12 +39,14 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def per_query_latency(series: Mapping[str, Sequence[tuple[float, float, bool]]], user: str,
-                      path: Path) -> Path:
+                      path: Path, *, repeats: Mapping[int, int] | None = None) -> Path:
     """Latency and time to first token of each question in order, one line per method (the
     paper's Fig. 11 shape).
 
     :param series: method label -> ``[(latency_s, ttft_s, served_from_qa_bank), ...]`` in
         question order.
+    :param repeats: 0-based question index -> index of the earlier question it rewords; those
+        ticks read ``5\n(=2)`` (1-based).
     """
     fig = Figure(figsize=(13, 4.5))
     axes = [fig.add_subplot(1, 2, k + 1) for k in range(2)]
@@ -61,9 +63,14 @@ def per_query_latency(series: Mapping[str, Sequence[tuple[float, float, bool]]],
                            edgecolors="black", linewidths=1.0, zorder=5)
         ax.set_yscale("log")
         plain_log_axis(ax.yaxis)
-        ax.set_xlabel("question (in the order asked)")
+        ax.set_xlabel("question (in the order asked)" + ("; (=k): rewords question k" if repeats else ""))
         ax.set_ylabel(f"{name} (s, log scale)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if repeats:
+            n = max((len(points) for points in series.values()), default=0)
+            ax.set_xticks(range(1, n + 1), [f"{x}\n(={repeats[x - 1] + 1})" if x - 1 in repeats
+                                            else str(x) for x in range(1, n + 1)])
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, which="both", alpha=0.3)
     if series:
         axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))

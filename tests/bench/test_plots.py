@@ -32,3 +32,18 @@ def test_every_plot_draws(tmp_path: Path) -> None:
     path = plots.tau_sweep(pts, tmp_path / "c.png", method="percache", user="u1", cutoff=0.85,
                            default_tau=0.74)
     assert path.stat().st_size > 0
+
+
+def test_reworded_questions_are_labelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a paraphrase stream the tick of a rewording names the question it rewords."""
+    seen: list[list[str]] = []
+    real = plots._save
+
+    def keep(fig: Figure, path: Path) -> Path:
+        seen.extend([t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes)
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    series = {"naive": [(5.0, 2.0, False), (6.0, 2.5, False), (5.5, 2.0, False)]}
+    plots.per_query_latency(series, "u1", tmp_path / "a.png", repeats={2: 0})
+    assert seen and all(labels == ["1", "2", "3\n(=1)"] for labels in seen)
