@@ -28,7 +28,8 @@ Guard settings (see ``SETTINGS``): ``plain`` (no scopes: one unscoped bank, wher
 identical questions of different meetings collapse into one entry); ``scope`` (entries
 and questions carry their meeting); ``consistency`` (a hit needs ``--min-overlap`` of the
 entry's top-3 source chunks among the top ``--check-k`` chunks retrieved for the new
-question); ``terms`` (the key-terms guard: names, acronyms and numbers must agree); and
+question); ``terms`` (the key-terms guard: names, acronyms and numbers must agree); ``meaning``
+(the meaning guards named by ``--meaning``, by default the default ones); and
 their combinations. Retrieval itself is always restricted to the question's meeting (the
 knowledge bank knows which meeting is asked about; the settings differ only in the QA
 bank). Every lookup goes through ``QABank.lookup``.
@@ -57,7 +58,12 @@ from types import MappingProxyType
 import numpy as np
 
 from percache_plugin.rag.embeddings import Embedder, load_embedder
-from percache_plugin.rag.guards import DEFAULT_MIN_OVERLAP, DEFAULT_TAU, MEANING_GUARDS
+from percache_plugin.rag.guards import (
+    DEFAULT_MEANING_GUARDS,
+    DEFAULT_MIN_OVERLAP,
+    DEFAULT_TAU,
+    MEANING_GUARDS,
+)
 from percache_plugin.rag.index import HybridIndex
 from percache_plugin.rag.qa_bank import QABank
 from percache_plugin.rag.qmsum import Meeting, chunk_meeting, iter_series
@@ -381,7 +387,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 embedding=vec[p.text],
                 min_overlap=min_overlap,
                 key_terms=terms,
-                meaning=MEANING_GUARDS if meaning else (),
+                meaning=args.meaning if meaning else (),
                 scope=p.meeting if scoped else None,
                 retrieved=checked[check_k][p] if consistency else None,
             )
@@ -448,6 +454,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "probes": dict(probes),
         "check_k": args.check_k,
         "min_overlap": args.min_overlap,
+        "meaning_guards": list(args.meaning),
         "default_tau": args.tau,
         "rates": rates,
         "consistency_variants_all_guards": variants,
@@ -476,7 +483,8 @@ def print_tables(report: dict, tau: float) -> None:
         f"embedder {report['embedder']}; {report['stored_entries']} stored entries; probes {probes}"
     )
     print(
-        f"consistency: top-{report['check_k']} retrieved, min_overlap {report['min_overlap']:.2f}"
+        f"consistency: top-{report['check_k']} retrieved, min_overlap {report['min_overlap']:.2f}; "
+        f"meaning guards: {', '.join(report['meaning_guards'])}"
     )
     print(
         "cells: hit rate on paraphrases / false-hit rate on all negatives (on same-meeting ones)\n"
@@ -617,7 +625,17 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--paraphrases", type=Path, default=DATA_DIR / "qa_paraphrases.json")
     p.add_argument("--negatives-out", type=Path, default=DATA_DIR / "qa_negatives.json")
     p.add_argument("--cache", type=Path, default=None, help="folder to cache chunk embeddings in")
+    p.add_argument(
+        "--meaning",
+        default=",".join(sorted(DEFAULT_MEANING_GUARDS)),
+        help="comma-separated meaning guards of the '+ meaning' setting (default: the defaults; "
+        f"known: {','.join(MEANING_GUARDS)})",
+    )
     args = p.parse_args()
+    args.meaning = tuple(g for g in args.meaning.split(",") if g)
+    unknown = [g for g in args.meaning if g not in MEANING_GUARDS]
+    if unknown:
+        p.error(f"--meaning: unknown guard {unknown[0]!r}; known: {MEANING_GUARDS}")
     if round(args.tau, 2) not in TAUS:
         p.error(f"--tau must be one of the swept values {TAUS[0]}..{TAUS[-1]} step 0.02")
     args.tau = round(args.tau, 2)

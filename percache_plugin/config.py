@@ -172,13 +172,21 @@ class Config:
         "question: 'polarity' (negated or not), 'antonym' (a word swapped for its opposite), "
         "'qtype' (another kind of answer asked for), 'object' (another event or object), "
         "'residue' (off by default: the words the two questions do not share must mean the "
-        "same; one embedder call per candidate reaching tau; fewer false hits and fewer "
+        "same, the more so the less alike the questions are; one embedder call per lookup "
+        "whose candidates reach tau and pass the other guards; fewer false hits and fewer "
         "paraphrase hits), 'words' (content-word overlap; off by default: it "
         "costs paraphrase hits). () turns "
         "them all off. A refusal is named in Answer.rejected_by; a hit served while a guard "
         "is off that it would have refused is counted in qa_bank.stats() "
         "('served_with_guard_off'). See docs/BENCHMARKS.md, 'QA bank: opposite meanings'.",
         tuple(g for g in MEANING_GUARDS if g in DEFAULT_MEANING_GUARDS),
+    )
+    audit_meaning_guards: bool = _help(
+        "Also run the 'residue' meaning guard while it is switched off, so that the hits it "
+        "would have refused are counted in qa_bank.stats()['served_with_guard_off'] (an "
+        "embedder call per lookup whose candidates reach tau). The other switched-off guards "
+        "are always counted: they compare precomputed features.",
+        False,
     )
     qa_byte_limit: int | None = _help("Byte limit of the QA bank (LFU eviction).", 100 * 2**20)
     use_qa_bank: bool = _help("Answer from the QA bank when a stored question matches.", True)

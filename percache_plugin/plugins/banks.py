@@ -123,6 +123,7 @@ class QABankPlugin:
             retrieved=None if overlap is None else list(retrieved),
             min_overlap=overlap if overlap is not None else 0.0,
             meaning=ctx.config.meaning_guards, embedding=query.embedding,
+            audit=ctx.config.audit_meaning_guards,
         )
 
     @hookimpl(trylast=True)

@@ -11,6 +11,7 @@ from percache_plugin.rag.residue import Embed, residue_agrees
 
 __all__ = ["Judged", "judge_candidates"]
 
+
 Judged = tuple[int, float, Verdict]
 
 
@@ -24,20 +25,28 @@ def judge_candidates(
     min_overlap: float,
     key_terms: bool,
     meaning: Collection[str],
+    residue: Mapping[int, bool | None] | None = None,
     embed: Embed | None = None,
 ) -> tuple[list[Judged], Judged | None]:
     """Judge ``candidates`` (``(id, cosine)``, best first) until one passes every guard or
     the similarity falls below ``tau``. Returns every verdict and the one served, if any.
     Every meaning guard is computed; those not in ``meaning`` only report (``off_failed``).
-    The ``residue`` guard needs ``embed`` and runs only for candidates reaching ``tau``."""
+    The ``residue`` guard runs only when ``residue`` is given (its verdicts, computed
+    beforehand by the caller, per entry id; None where it does not decide: the candidate
+    fails another guard) and only for candidates reaching ``tau``; a candidate missing from
+    it (added since) is judged with ``embed``."""
     terms = question_terms(question) if key_terms else None
     shape = question_shape(question)
     judged: list[Judged] = []
     for entry_id, sim in candidates:
         slot = slots[entry_id]
         checks = meaning_checks(shape, slot.shape, MEANING_GUARDS)
-        if embed is not None and sim >= tau:
-            checks["residue"] = residue_agrees(shape, slot.shape, embed)
+        if residue is not None and sim >= tau:
+            if entry_id not in residue:
+                if embed is not None:
+                    checks["residue"] = residue_agrees(shape, slot.shape, embed, sim)
+            elif (known := residue[entry_id]) is not None:
+                checks["residue"] = known
         verdict = judge(
             sim,
             tau=tau,

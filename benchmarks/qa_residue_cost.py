@@ -1,0 +1,95 @@
+"""What the residue meaning guard costs per QA-bank lookup, measured side by side.
+
+A scoped bank holds the stored questions of the LoCoMo same-topic pairs
+(``qa_locomo_negatives.json``, both splits) and the originals of the LoCoMo paraphrases, with
+their answers; the probes are the asked questions of those pairs that are not stored themselves
+and the paraphrases, their embeddings computed beforehand (``ask()`` embeds the question once
+for retrieval and the bank anyway). Each probe is looked up with the default meaning guards and
+with the residue guard added, alternating, ``--repeats`` times; the table gives the median
+``QABank.lookup`` time of each, over all probes and over the probes whose best candidate reaches
+tau (only those make the guard embed), and the embedder calls the guard made.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/qa_residue_cost.py \\
+        --locomo ../shared/data/locomo/locomo_dev5.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from percache_plugin.rag.embeddings import load_embedder
+from percache_plugin.rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_TAU
+from percache_plugin.rag.qa_bank import QABank
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+class Counting:
+    """An embedder that counts its calls."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.calls = inner, 0
+        self.name, self.dim = inner.name, inner.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        return self.inner.embed(texts)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--locomo", type=Path, default=Path("../shared/data/locomo/locomo_dev5.json"))
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    embedder = Counting(load_embedder(None))
+    samples = {s["sample_id"]: s for s in json.loads(args.locomo.read_text("utf-8"))}
+    pairs = json.loads((DATA / "qa_locomo_negatives.json").read_text())["pairs"]
+    para = json.loads((DATA / "qa_locomo_paraphrases.json").read_text())["pairs"]
+    qa = {(sid, q["question"]): str(q.get("answer")) for sid, s in samples.items() for q in s["qa"]}
+    kept = {(s, samples[s]["qa"][i]["question"]) for s, _, i, _ in pairs}
+    kept |= {(p["sample"], p["query"]) for p in para}
+    stored = [(sid, q, qa[(sid, q)]) for sid, q in sorted(kept)]
+    probes = [(s, samples[s]["qa"][j]["question"]) for s, _, _, j in pairs]
+    probes = [p for p in dict.fromkeys(probes) if p not in kept]
+    probes += [(p["sample"], p["paraphrase"]) for p in para]
+    texts = list(dict.fromkeys([q for _, q, _ in stored] + [q for _, q in probes]))
+    vec = dict(zip(texts, embedder.inner.embed(texts), strict=True))
+    bank = QABank(None, embedder, byte_limit=None)
+    for sid, q, a in stored:
+        bank.add(q, a, scope=sid, embedding=vec[q])
+    settings = {"default": tuple(sorted(DEFAULT_MEANING_GUARDS - {"residue"}))}
+    settings["default + residue"] = (*settings["default"], "residue")
+    times: dict[str, list[float]] = {s: [] for s in settings}
+    reach: dict[str, list[float]] = {s: [] for s in settings}
+    calls = dict.fromkeys(settings, 0)
+    for _ in range(args.repeats):
+        for sid, q in probes:
+            for name, meaning in settings.items():
+                before = embedder.calls
+                t0 = time.perf_counter()
+                r = bank.lookup(q, tau=DEFAULT_TAU, scope=sid, meaning=meaning, embedding=vec[q])
+                ms = 1000 * (time.perf_counter() - t0)
+                calls[name] += embedder.calls - before
+                times[name].append(ms)
+                if r.best is not None and r.best.similarity >= DEFAULT_TAU:
+                    reach[name].append(ms)
+    print(f"{len(stored)} stored questions, {len(probes)} probes x {args.repeats} repeats, "
+          f"{len(reach['default']) // args.repeats} probes reach tau {DEFAULT_TAU}\n")
+    print("| meaning guards | median lookup (all) | median lookup (reaching tau) | p95 (reaching tau) "
+          "| embedder calls |")
+    print("|---|---|---|---|---|")
+    for name in settings:
+        print(f"| {name} | {np.median(times[name]):.2f} ms | {np.median(reach[name]):.2f} ms | "
+              f"{np.percentile(reach[name], 95):.2f} ms | {calls[name]} |")
+
+
+if __name__ == "__main__":
+    main()
