@@ -415,11 +415,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         return tally
 
     kinds = [k for k in dict.fromkeys(p.kind for p in ev.probes) if k != "paraphrase"]
+    taus = (args.tau,) if args.only_default_tau else TAUS
     rates: dict[str, list[dict[str, object]]] = {}
     errors: dict[str, list[dict]] = {}
     for setting in SETTINGS:
         rates[setting] = []
-        for tau in TAUS:
+        for tau in taus:
             wrong: list[dict] = []
             c = score(setting, tau, args.check_k, args.min_overlap, wrong)
             if tau == args.tau:
@@ -456,13 +457,15 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "min_overlap": args.min_overlap,
         "meaning_guards": list(args.meaning),
         "default_tau": args.tau,
+        "taus": list(taus),
         "rates": rates,
         "consistency_variants_all_guards": variants,
         "wrong_serves_at_default": errors,
     }
     print_tables(report, args.tau)
     args.out.mkdir(parents=True, exist_ok=True)
-    plot(report, args.out / "qa_bank_curve.png", args.tau)
+    if len(taus) > 1:
+        plot(report, args.out / "qa_bank_curve.png", args.tau)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1) + "\n", "utf-8")
@@ -491,7 +494,7 @@ def print_tables(report: dict, tau: float) -> None:
     )
     print("| tau | " + " | ".join(SETTINGS[s][-1] for s in SETTINGS) + " |")
     print("|---|" + "---|" * len(SETTINGS))
-    for i, t in enumerate(TAUS):
+    for i, t in enumerate(report["taus"]):
         if i % 2 and t != tau:
             continue
         cells = [
@@ -500,7 +503,7 @@ def print_tables(report: dict, tau: float) -> None:
         ]
         mark = f"**{t:.2f}**" if t == tau else f"{t:.2f}"
         print(f"| {mark} | " + " | ".join(cells) + " |")
-    i = TAUS.index(tau)
+    i = report["taus"].index(tau)
     kinds = list(rates["plain"][i]["false_hits"])
     print(
         f"\nfalse hits by kind of negative at tau {tau:.2f}, and paraphrases served a wrong answer:"
@@ -630,6 +633,11 @@ def parse_args() -> argparse.Namespace:
         default=",".join(sorted(DEFAULT_MEANING_GUARDS)),
         help="comma-separated meaning guards of the '+ meaning' setting (default: the defaults; "
         f"known: {','.join(MEANING_GUARDS)})",
+    )
+    p.add_argument(
+        "--only-default-tau",
+        action="store_true",
+        help="score at --tau only (no sweep, no plot): a quick side-by-side run",
     )
     args = p.parse_args()
     args.meaning = tuple(g for g in args.meaning.split(",") if g)
