@@ -325,6 +325,20 @@ class Config:
     memory_extract_tokens: int = _help("Tokens decoded per extraction call.", 96)
     memory_threshold: float = _help(
         "Least cosine similarity between the message and a fact for the fact to be recalled.", 0.35)
+    memory_recall_mode: Literal["text", "splice", "splice-exact"] = _help(
+        "Where recalled facts go (docs/memory.md). 'text': before the message inside the turn, "
+        "prefilled every turn (exact). 'splice': in the session's memory region after the head "
+        "(kept across turns, never evicted with turns); each fact's K/V is computed once, stored "
+        "in the K/V store and spliced: exact where it was computed at the same position after the "
+        "same ids, otherwise RoPE-shifted with its first memory_recompute_head tokens computed "
+        "again (approximate, counted in stats). 'splice-exact': the region, splicing only exact "
+        "K/V and computing the rest.", "text")
+    memory_recompute_head: int = _help(
+        "First tokens of a fact spliced at another position (or after other ids) that are "
+        "computed again in context ('splice' mode), as shifted chunk reuse does.", 4)
+    memory_region_facts: int = _help(
+        "Most facts a session's memory region holds ('splice' modes); beyond it the facts not "
+        "recalled in the turn leave, oldest first (the turns after them are computed again).", 8)
 
     def __post_init__(self) -> None:  # noqa: C901 - one check per field
         hints = typing.get_type_hints(Config)
@@ -378,7 +392,8 @@ class Config:
             raise ConfigError(f"knowledge_rounds must be an int >= 0, got {self.knowledge_rounds!r}")
         for name in ("chunk_words", "top_k", "prediction_stride", "abstract_max_chunks",
                      "abstract_batch_chunks", "abstract_max_words", "background_max_new_tokens",
-                     "memory_k", "background_prefill_chunk", "memory_extract_tokens"):
+                     "memory_k", "background_prefill_chunk", "memory_extract_tokens",
+                     "memory_region_facts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")
@@ -396,6 +411,12 @@ class Config:
         if self.qa_byte_limit is not None and (
                 not isinstance(self.qa_byte_limit, int) or self.qa_byte_limit <= 0):
             raise ConfigError(f"qa_byte_limit must be a positive int or None, got {self.qa_byte_limit!r}")
+        if self.memory_recall_mode not in ("text", "splice", "splice-exact"):
+            raise ConfigError("memory_recall_mode must be 'text', 'splice' or 'splice-exact', got "
+                              f"{self.memory_recall_mode!r}")
+        if isinstance(self.memory_recompute_head, bool) or not isinstance(self.memory_recompute_head, int) \
+                or self.memory_recompute_head < 0:
+            raise ConfigError(f"memory_recompute_head must be an int >= 0, got {self.memory_recompute_head!r}")
         if self.memory_extraction not in ("off", "raw", "model", "both"):
             raise ConfigError("memory_extraction must be 'off', 'raw', 'model' or 'both', got "
                               f"{self.memory_extraction!r}")

@@ -53,7 +53,7 @@ class PerCache:
         self.assistant = Assistant(self.engine)
         self.sessions = Sessions(self.engine, self.engine.ctx.use_template)
         self.memory = Memory(self.assistant.ctx, self._memory_plugin, self.engine.tokenizer)
-        self.sessions.recall = self.memory.recall
+        self.sessions.attach_memory(self.memory)
         if config.debug_log:
             ensure_handler()
 

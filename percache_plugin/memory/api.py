@@ -32,6 +32,8 @@ class Memory:
         self._ctx = ctx
         self._plugin = plugin
         self._tokenizer = tokenizer
+        # called with a forgotten fact's id (the handle's: take it out of the sessions' regions)
+        self.forgotten: list[Callable[[str], object]] = []
 
     @property
     def extraction(self) -> ExtractionStats:
@@ -53,6 +55,20 @@ class Memory:
         if plugin is None or len(plugin.bank(self._ctx)) == 0:
             return []
         return [(h.fact.id, h.fact.text) for h in plugin.recall(self._ctx, self._ctx.query(message), scope)]
+
+    def current(self, fact_id: str) -> tuple[str, str] | None:
+        """``(id, text)`` of the fact serving in ``fact_id``'s place: the fact itself (its
+        current text), the fact that superseded it, or None when it is forgotten."""
+        plugin = self._plugin()
+        if plugin is None:
+            return None
+        bank = plugin.bank(self._ctx)
+        seen: set[str] = set()
+        fact = bank.find(fact_id)
+        while fact is not None and fact.status != "active" and fact.superseded_by and fact.id not in seen:
+            seen.add(fact.id)
+            fact = bank.find(fact.superseded_by)
+        return None if fact is None or fact.status != "active" else (fact.id, fact.text)
 
     def after_turn(self, session: str, message: str, reply: Any, scope: str | None) -> None:
         """Queue the chat turn for extraction into ``scope`` (``Config.memory_extraction``)."""
@@ -98,8 +114,11 @@ class Memory:
         """Remove the fact everywhere (see the module docstring); only its id remains, as a
         tombstone (``get`` then raises ``UnknownFact`` saying it was forgotten). Forgetting a
         tombstoned id again cleans whatever an interrupted forget left."""
-        return forget_everywhere(self.bank, fact_id, [self._ctx.engine.store], self._drop_answers,
-                                 self._token_ids)
+        report = forget_everywhere(self.bank, fact_id, [self._ctx.engine.store], self._drop_answers,
+                                   self._token_ids)
+        for fn in self.forgotten:
+            fn(fact_id)
+        return report
 
     def _drop_answers(self, ids: builtins.list[str]) -> int:
         return self._ctx.hooks.sources_forgotten(self._ctx, ids)

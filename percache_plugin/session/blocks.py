@@ -35,7 +35,7 @@ from .state import Session, cache_tokens
 if TYPE_CHECKING:
     from ..engine import Engine
 
-__all__ = ["publish_blocks", "extend_from_blocks", "exact_tokens"]
+__all__ = ["publish_blocks", "extend_from_blocks", "exact_tokens", "drop_blocks"]
 
 
 def exact_tokens(session: Session) -> int:
@@ -75,6 +75,17 @@ def publish_blocks(engine: Engine, session: Session) -> int:
         parent = piece.key
     session.published = [p.key for p in pieces if p.key is not None]
     return stored
+
+
+def drop_blocks(engine: Engine, ids: list[int], start: int) -> int:
+    """Delete the stored blocks of ``ids`` (a session's former conversation) that hold any
+    position from ``start`` on, with their descendants; returns the nodes deleted."""
+    removed = 0
+    for piece in _blocks(engine, ids):
+        assert piece.key is not None
+        if piece.end > start and engine.store.contains(piece.key):
+            removed += engine.store.delete(piece.key)
+    return removed
 
 
 def extend_from_blocks(engine: Engine, session: Session, full: list[int], stats: ChatStats) -> int:

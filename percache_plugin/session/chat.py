@@ -13,8 +13,9 @@ from .edits import session_editor
 from .evict import make_room
 from .layout import ChatLayout
 from .masking import SessionKeepMask
+from .memory_region import apply_region, store_region
 from .reply import ChatStats, Reply
-from .state import Session, Turn, cache_bytes, cache_tokens, crop_to
+from .state import RegionFact, Session, Turn, cache_bytes, cache_tokens, crop_to
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -50,16 +51,19 @@ class ChatRunner:
                 f"message of {len(turn_ids)} tokens plus max_new_tokens={max_new} exceeds "
                 f"session_kv_tokens={budget}; shorten it or raise the budget")
         limit = context_limit(self.engine.model)
-        if limit is not None and len(session.head_ids) + need > limit:
+        if limit is not None and session.turns_start + need > limit:
             raise MessageTooLong(
                 f"message of {len(turn_ids)} tokens plus max_new_tokens={max_new} exceeds the "
                 f"model's context of {limit} tokens")
 
     def turn(self, session: Session, message: str, stats: ChatStats, t0: float,
-             generate_kwargs: dict[str, Any], memory: str = "") -> Reply:
+             generate_kwargs: dict[str, Any], memory: str = "",
+             region: list[RegionFact] | None = None) -> Reply:
         """Generate the reply to ``message`` (the caller holds the session's lock and has made
         room); the session's cache ends holding every conversation position but at most one.
-        ``memory`` (recalled facts, already formatted) is put before the message in the turn."""
+        ``memory`` (recalled facts, already formatted) is put before the message in the turn;
+        ``region`` (None: unchanged) becomes the session's memory region, its facts' stored K/V
+        spliced (see :mod:`.memory_region`)."""
         if not isinstance(message, str) or not message:
             raise ValueError(f"message must be a non-empty str, got {message!r}")
         kwargs = dict(generate_kwargs)
@@ -79,6 +83,9 @@ class ChatRunner:
             session.approximate_from(0)  # an edit may change any position: publish nothing
         if session.restored:
             stats.restored_from, session.restored = session.restored, ""
+        if region is not None:
+            apply_region(self.engine, session, region, stats,
+                         shifted=self.engine.config.memory_recall_mode == "splice")
         full = session.ids + turn_ids
         if not cache_tokens(session.cache):
             session.cropped(0)  # nothing cached (weights changed, restored from ids): all exact again
@@ -112,6 +119,7 @@ class ChatRunner:
             crop_to(cache, n)
         if session.keep is not None and session.keep.numel() < cache_tokens(cache):
             session.keep = _extend(session.keep, cache_tokens(cache))
+        store_region(self.engine, session, stats)
         stats.blocks_published = publish_blocks(self.engine, session)
         stats.turn_id = turn.turn_id
         stats.kv_tokens = cache_tokens(cache)

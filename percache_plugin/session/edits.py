@@ -15,9 +15,10 @@ def drop_positions(session: Session, positions: list[int]) -> None:
     left empty goes. The persistent head cannot lose positions.
 
     :raises ValueError: a position in the head."""
-    head = len(session.head_ids)
+    head = session.turns_start
     if positions and positions[0] < head:
-        raise ValueError(f"position {positions[0]} is in the persistent head ({head} tokens): not deletable")
+        raise ValueError(f"position {positions[0]} is in the persistent head or memory region "
+                         f"({head} tokens): not deletable")
     gone = set(positions)
     start = head
     for turn in session.turns:

@@ -22,16 +22,26 @@ from .state import Session, Turn, cache_tokens, crop_to
 if TYPE_CHECKING:
     from ..engine import Engine
 
-__all__ = ["make_room", "compact", "turn_spans"]
+__all__ = ["make_room", "compact", "masked_keep", "turn_spans"]
 
 
 def turn_spans(session: Session) -> dict[int, tuple[int, int]]:
     """Conversation span ``[start, end)`` of every turn in context, by turn id."""
-    out, pos = {}, len(session.head_ids)
+    out, pos = {}, session.turns_start
     for t in session.turns:
         out[t.turn_id] = (pos, pos + t.n_tokens)
         pos += t.n_tokens
     return out
+
+
+def masked_keep(session: Session) -> torch.Tensor:
+    """The keep-vector of a session restored with masked turns (False over their slots)."""
+    keep = torch.ones(session.saved_upto, dtype=torch.bool)
+    for t in session.turns:
+        if t.masked:
+            start, end = turn_spans(session)[t.turn_id]
+            keep[start:end] = False
+    return keep
 
 
 def make_room(engine: Engine, session: Session, incoming: int, message: str, stats: ChatStats) -> None:

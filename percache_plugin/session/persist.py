@@ -26,10 +26,10 @@ from ..kv.integrity import (
     write_node_file,
 )
 from ..sqlite_tx import Schema, connect, transaction
-from .state import Session, Turn, cache_tokens
+from .state import RegionFact, Session, Turn, cache_tokens
 
-__all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "SESSIONS_DIR",
-           "SESSIONS_DB"]
+__all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "MEMORY_SCHEMA",
+           "SESSIONS_DIR", "SESSIONS_DB"]
 
 SESSIONS_DIR = "sessions"
 SESSIONS_DB = "sessions.sqlite"
@@ -84,13 +84,22 @@ class StoredSession:
     kv_bytes: int
 
 
+# The memory region of a session (``Config.memory_recall_mode`` 'splice'): its scope (JSON), the
+# header's ids and its facts as JSON ``[[fact id, text hash, ids], ...]``.
+MEMORY_SCHEMA = Schema("sessions_memory", 1, """
+CREATE TABLE IF NOT EXISTS chat_memory (
+    fingerprint TEXT NOT NULL, name TEXT NOT NULL, scope TEXT NOT NULL, header TEXT NOT NULL,
+    facts TEXT NOT NULL, PRIMARY KEY (fingerprint, name));
+""")
+
+
 class SessionStore:
     """The sessions of one fingerprint under ``root/sessions``."""
 
     def __init__(self, root: Path, fingerprint: str) -> None:
         self.fingerprint = fingerprint
         self.dir = private_dir(root / SESSIONS_DIR / fingerprint[:32])
-        self.db = connect(root / SESSIONS_DB, SCHEMA, EXACT_SCHEMA, VERSION_SCHEMA)
+        self.db = connect(root / SESSIONS_DB, SCHEMA, EXACT_SCHEMA, VERSION_SCHEMA, MEMORY_SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -113,6 +122,9 @@ class SessionStore:
                 (self.fingerprint,)).fetchall()
             turns = self.db.execute("SELECT fingerprint, name, user_ids, reply_ids FROM chat_turns").fetchall()
             spans = self.db.execute("SELECT fingerprint, name, stop, layout FROM chat_kv").fetchall()
+            regions = self.db.execute("SELECT fingerprint, name, header, facts FROM chat_memory").fetchall()
+        region = {(fp, name): (len(json.loads(h)) + sum(len(f[2]) for f in json.loads(fs)) if json.loads(fs) else 0)
+                  for fp, name, h, fs in regions}
         n_turns: dict[tuple[str, str], list[int]] = {}
         for fp, name, user_ids, reply_ids in turns:
             counts = n_turns.setdefault((fp, name), [0, 0])
@@ -127,7 +139,8 @@ class SessionStore:
         for fp, name, system, head, evicted in rows:
             count, tokens = n_turns.get((fp, name), [0, 0])
             kv_tokens, kv_bytes = kv.get((fp, name), [0, 0])
-            info = StoredSession(name, fp, system, count, evicted, len(json.loads(head)) + tokens,
+            info = StoredSession(name, fp, system, count, evicted,
+                                 len(json.loads(head)) + region.get((fp, name), 0) + tokens,
                                  kv_tokens, kv_bytes)
             if name not in best or info.turns > best[name].turns:
                 best[name] = info
@@ -174,6 +187,9 @@ class SessionStore:
                  session.next_turn, session.evicted_turns))
             self.db.execute("INSERT OR REPLACE INTO chat_exact VALUES (?, ?, ?)",
                             (fp, name, session.approx_from))
+            self.db.execute("INSERT OR REPLACE INTO chat_memory VALUES (?, ?, ?, ?, ?)",
+                            (fp, name, json.dumps(session.memory_scope), json.dumps(session.memory_header),
+                             json.dumps([[f.fact_id, f.text_hash, list(f.ids)] for f in session.memory])))
             turns = session.turns if rewrite_turns else session.turns[-1:]
             if rewrite_turns:
                 self.db.execute("DELETE FROM chat_turns WHERE fingerprint = ? AND name = ?", (fp, name))
@@ -203,11 +219,48 @@ class SessionStore:
             version = self._bump(name, 0)
             files = self.db.execute("SELECT fingerprint, file FROM chat_kv WHERE name = ?",
                                     (name,)).fetchall()
-            for table in ("chat_sessions", "chat_turns", "chat_kv", "chat_exact"):
+            for table in ("chat_sessions", "chat_turns", "chat_kv", "chat_exact", "chat_memory"):
                 self.db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
         for fp, file in files:
             (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
         return version
+
+    def drop_fact(self, fact_id: str) -> list[tuple[str, str, list[int], int]]:
+        """Take memory fact ``fact_id`` out of every saved session's region, under every
+        fingerprint, with the K/V slices from its position on (they attended to it; the next
+        turn computes them again); returns ``(fingerprint, name, former ids, position)`` of
+        each session changed."""
+        changed, files = [], []
+        with self._lock, transaction(self.db):
+            rows = self.db.execute("SELECT m.fingerprint, m.name, m.header, m.facts, s.head_ids FROM "
+                                   "chat_memory m JOIN chat_sessions s USING (fingerprint, name)").fetchall()
+            for fp, name, header, facts_json, head in rows:
+                facts = json.loads(facts_json)
+                at = next((i for i, f in enumerate(facts) if f[0] == fact_id), None)
+                if at is None:
+                    continue
+                pos = len(json.loads(head))
+                pos += len(json.loads(header)) + sum(len(f[2]) for f in facts[:at]) if at else 0
+                turns = self.db.execute("SELECT user_ids, reply_ids FROM chat_turns WHERE fingerprint = ? "
+                                        "AND name = ? ORDER BY turn_id", (fp, name)).fetchall()
+                ids = json.loads(head) + json.loads(header) + [t for f in facts for t in f[2]]
+                ids += [t for u, r in turns for t in json.loads(u) + json.loads(r)]
+                self.db.execute("UPDATE chat_memory SET facts = ? WHERE fingerprint = ? AND name = ?",
+                                (json.dumps([f for f in facts if f[0] != fact_id]), fp, name))
+                files += [(fp, f) for (f,) in self.db.execute(
+                    "SELECT file FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?",
+                    (fp, name, pos)).fetchall()]
+                self.db.execute("DELETE FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?",
+                                (fp, name, pos))
+                # other copies of the session (handles, processes) read it again before a turn
+                self.db.execute("UPDATE chat_version SET version = version + 1 WHERE name = ?", (name,))
+                changed.append((fp, name, ids, pos))
+        if changed:  # no old WAL frame keeps the fact's ids (rows are zeroed by secure_delete)
+            with self._lock:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        for fp, file in files:
+            (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
+        return changed
 
     # -- loading ------------------------------------------------------------------------
     def load(self, name: str, dtype: torch.dtype, device: torch.device) -> tuple[Session, str] | None:
@@ -229,11 +282,16 @@ class SessionStore:
                                     "name = ?", (fp, name)).fetchone()
             latest = self.db.execute("SELECT version, fingerprint FROM chat_version WHERE name = ?",
                                      (name,)).fetchone()
+            memory = self.db.execute("SELECT scope, header, facts FROM chat_memory WHERE fingerprint = ? "
+                                     "AND name = ?", (fp, name)).fetchone()
         session = Session(name, row[0], json.loads(row[1]), row[2], next_turn=row[3], evicted_turns=row[4])
         # rows of other weights are newer: the next turn reads those (-1 never matches)
         session.version = 0 if latest is None else latest[0] if latest[1] == fp else -1
         session.turns = [Turn(t[0], t[1], json.loads(t[2]), json.loads(t[3]), t[4], bool(t[5]), bool(t[6]))
                          for t in turns]
+        if memory is not None:
+            session.memory_scope, session.memory_header = json.loads(memory[0]), json.loads(memory[1])
+            session.memory = [RegionFact(f[0], f[1], tuple(f[2])) for f in json.loads(memory[2])]
         layers = self._read(slices, session.n_tokens)
         if layers is None:
             return session, "ids"

@@ -38,7 +38,14 @@ class ChatStats(GenerationStats):
     # ids of the memory facts recalled into this turn's context; the memory recall fills them,
     # the turn log (``pc.turn_log``) records them with the turn
     fact_ids: list[int | str] = field(default_factory=list)
-    memory_tokens: int = 0  # tokens of the recalled facts in this turn (Config.memory_recall)
+    memory_tokens: int = 0  # tokens of the recalled facts in this turn, or of the memory region
+    # memory region (Config.memory_recall_mode 'splice'): fact positions served from stored per-fact
+    # K/V, of those the ones RoPE-shifted from another position or context (approximate), the
+    # first tokens of shifted facts computed again in context, and facts whose K/V was stored
+    memory_spliced_tokens: int = 0
+    memory_shifted_tokens: int = 0
+    memory_recomputed_tokens: int = 0
+    memory_facts_stored: int = 0
     persona: str = ""  # the persona the turn ran under ("" none)
     persona_switched: bool = False  # the session's head was another one: the conversation was recomputed
     # where the persona's head K/V came from: "snapshot" (read from the store), "stored" (computed

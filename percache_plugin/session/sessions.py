@@ -8,13 +8,11 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from transformers import DynamicCache
 
-from ..memory.recall import memory_block
 from ..personas.registry import Personas
 from ..personas.runtime import PersonaRuntime
 from ..turnlog import TurnLog, TurnRecord, context_hash
@@ -22,10 +20,11 @@ from .chat import ChatRunner
 from .evict import compact
 from .layout import ChatLayout
 from .locks import SessionLocks
+from .memory_region import RegionMemory, forget_fact
 from .persist import SESSIONS_DB, SessionStore
 from .reply import ChatStats, Reply
 from .restore import adopt, read_session
-from .state import Session, cache_bytes, cache_tokens, share_cache
+from .state import Session, cache_bytes, cache_tokens, copy_turn, share_cache
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -55,9 +54,7 @@ class SessionInfo:
     kv_tokens: int  # cache positions
     kv_bytes: int
     system: str | None
-    # the weights the session was saved under when it is not loaded under the ones in use (a
-    # LoRA persona's session while no persona is active; ``chat(..., persona=...)`` resumes it)
-    fingerprint: str = ""
+    fingerprint: str = ""  # saved under other weights only (a LoRA persona's; chat(persona=) resumes it)
 
 
 class Sessions:
@@ -66,9 +63,7 @@ class Sessions:
 
     def __init__(self, engine: Engine, use_template: bool) -> None:
         self._engine = engine
-        # ``recall(message, scope)`` -> [(fact id, text)]: the facts for a turn (set by the
-        # handle; used when Config.memory_recall is on)
-        self.recall: Callable[[str, str | None], list[tuple[str, str]]] | None = None
+        self.memory = RegionMemory()  # recall per turn, set by attach_memory()
         self._layout = ChatLayout(engine.tokenizer, use_template)
         self._runner = ChatRunner(engine, self._layout)
         self._sessions: dict[str, Session] = {}
@@ -198,10 +193,11 @@ class Sessions:
                     raise ValueError(f"session {name!r} already exists")
                 branch = Session(
                     name, src.system, list(src.head_ids), src.first_glue,
-                    [_copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
+                    [copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
                     src.evicted_turns, None if src.keep is None else src.keep.clone(),
                     fingerprint=src.fingerprint)
                 branch.approx_from, branch.published = src.approx_from, list(src.published)
+                branch.memory, branch.memory_header, branch.memory_scope = list(src.memory), list(src.memory_header), src.memory_scope
                 self._sessions[name] = branch
                 branch.rewrite = True  # the first save writes the branch whole
         return branch
@@ -215,6 +211,7 @@ class Sessions:
             session.next_turn, session.evicted_turns = 1, 0
             session.saved_upto, session.rewrite = 0, False
             session.approx_from, session.published = None, []
+            session.memory, session.memory_scope = [], None
             store = self._store
             if store is not None:
                 session.version = store.delete(name)
@@ -249,6 +246,17 @@ class Sessions:
                 store.delete(name)
             self.log.delete_session(name)
 
+    def attach_memory(self, memory: Any) -> None:
+        """Recall facts from ``memory`` (``pc.memory``) and take the facts it forgets out of sessions."""
+        self.memory.recall, self.memory.current = memory.recall, memory.current
+        memory.forgotten.append(self.forget_fact)
+
+    def forget_fact(self, fact_id: str) -> int:
+        """Take a forgotten memory fact out of every session (``memory_region.forget_fact``)."""
+        with self._lock:
+            live = list(self._sessions.values())
+        return forget_fact(self._engine, live, self._store, fact_id)
+
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
              persona: str | None = None,
              **generate_kwargs: Any) -> Reply:
@@ -269,12 +277,8 @@ class Sessions:
                     self._follow_weights(state)
                     stats = ChatStats(session=session)
                     store_head = self._personas.enter(state, chosen, stats)
-                    memory = ""
-                    if self.recall is not None and engine.config.memory_recall:
-                        facts = self.recall(message, memory_scope)
-                        stats.fact_ids = [fact_id for fact_id, _ in facts]
-                        memory = memory_block([text for _, text in facts])
-                    reply = self._runner.turn(state, message, stats, t0, generate_kwargs, memory)
+                    memory, region = self.memory.turn(state, message, memory_scope, stats, engine)
+                    reply = self._runner.turn(state, message, stats, t0, generate_kwargs, memory, region)
                     if store_head:
                         self._personas.snapshot(state, stats)
                     self._save(state, reply)
@@ -342,8 +346,3 @@ class Sessions:
         self._engine.hooks.turn_logged(self._engine.ctx, record)
         return record
 
-
-def _copy_turn(t: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(t, user_ids=list(t.user_ids), reply_ids=list(t.reply_ids))

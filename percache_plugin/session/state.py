@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-__all__ = ["Turn", "Session", "share_cache", "cache_tokens", "cache_bytes", "crop_to"]
+__all__ = ["RegionFact", "Turn", "Session", "copy_turn", "share_cache", "cache_tokens", "cache_bytes", "crop_to"]
 
 
 @dataclass
@@ -37,10 +37,22 @@ class Turn:
         return len(self.user_ids) + len(self.reply_ids)
 
 
+@dataclass(frozen=True)
+class RegionFact:
+    """A memory fact in a session's memory region: its id, the hash of the text it was
+    tokenized from (an updated fact never keeps its old ids) and its ids (``- text`` and a
+    newline, tokenized on its own)."""
+
+    fact_id: str
+    text_hash: str
+    ids: tuple[int, ...]
+
+
 @dataclass
 class Session:
-    """A conversation: the persistent head (template opening + system prompt), the turns still
-    in context, and a cache over a prefix of :attr:`ids`.
+    """A conversation: the persistent head (template opening + system prompt), the memory
+    region (recalled facts, ``Config.memory_recall_mode`` 'splice'), the turns still in
+    context, and a cache over a prefix of :attr:`ids`.
 
     The cache never holds more positions than :attr:`ids`; the positions it lacks (at most the
     last reply token after a turn) are computed with the next turn.
@@ -65,19 +77,37 @@ class Session:
     approx_from: int | None = None  # first cache position whose K/V is not exact (None: all are)
     published: list[str] = field(default_factory=list, repr=False)  # block keys in the K/V store
     version: int = 0  # the stored version this copy continues (persist.py, chat_version)
+    memory: list[RegionFact] = field(default_factory=list)  # the memory region's facts, in order
+    memory_header: list[int] = field(default_factory=list)  # ids before the facts (with any fact)
+    memory_scope: str | None = None  # the memory scope the region's facts come from
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
+    def memory_ids(self) -> list[int]:
+        """The memory region's ids: the header and every fact's ids (none without facts)."""
+        if not self.memory:
+            return []
+        out = list(self.memory_header)
+        for f in self.memory:
+            out += f.ids
+        return out
+
+    @property
+    def turns_start(self) -> int:
+        """Position of the first turn: after the head and the memory region."""
+        return len(self.head_ids) + len(self.memory_ids)
+
+    @property
     def ids(self) -> list[int]:
-        """The conversation in context: head, then every turn's user and reply ids."""
-        out = list(self.head_ids)
+        """The conversation in context: head, memory region, then every turn's user and reply ids."""
+        out = list(self.head_ids) + self.memory_ids
         for t in self.turns:
             out += t.ids
         return out
 
     @property
     def n_tokens(self) -> int:
-        return len(self.head_ids) + sum(t.n_tokens for t in self.turns)
+        return self.turns_start + sum(t.n_tokens for t in self.turns)
 
     def approximate_from(self, position: int) -> None:
         """Positions from ``position`` on no longer hold exact K/V (shifted, masked, edited)."""
@@ -97,6 +127,13 @@ class Session:
     def glue(self) -> str | None:
         """The glue the next user turn starts with (None: the glue after a reply)."""
         return self.first_glue if not self.turns else None
+
+
+def copy_turn(t: Turn) -> Turn:
+    """A copy of ``t`` whose id lists are its own."""
+    from dataclasses import replace
+
+    return replace(t, user_ids=list(t.user_ids), reply_ids=list(t.reply_ids))
 
 
 def cache_tokens(cache: Any) -> int:

@@ -61,3 +61,48 @@ def test_facts_are_beside_chunks_in_ask_only_when_switched_on(tmp_path: Path) ->
     pc.configure(memory_in_ask=False)
     assert fact.id not in pc.ask("Who sings in the choir?", scope="me", max_new_tokens=2).sources
     pc.disable()
+
+
+def test_forget_takes_a_spliced_fact_out_of_live_and_saved_sessions(tmp_path: Path) -> None:
+    import json
+
+    from percache_plugin.session.memory_region import fact_kv_key
+
+    model, tok = tiny_pair("llama")
+    config = dict(store=tmp_path, embedder="hash", predict="off", memory_recall=True, memory_threshold=0.0,
+                  memory_recall_mode="splice")
+    pc = percache.enable(model, tok, **config)
+    fact = pc.memory.add(SECRET, scope="me").fact
+    pc.memory.add("Zorblax owns a red bicycle", scope="me")
+    pc.memory.add("Bob repairs old radios", scope="me")
+    for name in ("live", "saved"):
+        pc.sessions.create(name, system="Be brief.")
+        pc.chat("What is the Zorblax locker code?", session=name, memory_scope="me", max_new_tokens=3)
+    held = pc.sessions.get("live").memory
+    ids = next(f.ids for f in held if f.fact_id == fact.id)
+    key = fact_kv_key(pc.fingerprint, next(f for f in held if f.fact_id == fact.id))
+    assert pc.store.contains(key)
+    needles = [json.dumps(list(ids))[1:-1].encode()]
+    assert _files_holding(tmp_path, needles), "the test must see the fact's ids before forgetting"
+    pc.close()
+
+    pc = percache.enable(model, tok, **config)
+    live = pc.sessions.get("live")  # loaded; "saved" stays on disk only
+    position = len(live.head_ids) + len(live.memory_header) + sum(
+        len(f.ids) for f in live.memory[:[f.fact_id for f in live.memory].index(fact.id)])
+    pc.memory.forget(fact.id)
+    assert fact.id not in [f.fact_id for f in live.memory]
+    assert live.cache.get_seq_length() <= position
+    assert not pc.store.contains(key) and _files_holding(tmp_path, needles) == []
+    reply = pc.chat("Anything else?", session="live", memory_scope="me", max_new_tokens=3)
+    assert SECRET not in tok.decode(reply.prompt_ids)
+    pc.close()
+
+    pc = percache.enable(model, tok, **config)
+    saved = pc.sessions.get("saved")
+    assert fact.id not in [f.fact_id for f in saved.memory]
+    assert saved.cache.get_seq_length() <= position  # the snapshot ends before the fact
+    reply = pc.chat("Anything else?", session="saved", memory_scope="me", max_new_tokens=3)
+    assert SECRET not in tok.decode(reply.prompt_ids)
+    assert _files_holding(tmp_path, needles + [b"4417 quartz"]) == []
+    pc.close()
