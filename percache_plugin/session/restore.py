@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..decode import dtype_device
-from .evict import compact, turn_spans
+from .evict import compact, masked_keep
 from .persist import SessionStore
 from .state import Session
 
@@ -32,14 +32,7 @@ def read_session(engine: Engine, store: SessionStore, name: str) -> Session | No
                     "computed again with the next turn", name, session.n_tokens)
         compact(session)  # without the slots, masked turns would be attended again
     if any(t.masked for t in session.turns) and source == "snapshot":
-        import torch
-
-        keep = torch.ones(session.saved_upto, dtype=torch.bool)
-        for t in session.turns:
-            if t.masked:
-                start, end = turn_spans(session)[t.turn_id]
-                keep[start:end] = False
-        session.keep = keep
+        session.keep = masked_keep(session)
     engine.hooks.session_loaded(engine.ctx, session, source)
     return session
 
