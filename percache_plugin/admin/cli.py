@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..cli_errors import UsageError
-from .store_admin import StoreAdmin
+from .store_admin import StoreAdmin, StoreInUseError
 
 __all__ = ["add_arguments", "run"]
 
@@ -47,6 +47,13 @@ def _list(admin: StoreAdmin) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except StoreInUseError as exc:
+        raise UsageError(str(exc), "stop the program using it, then run the command again") from exc
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.action == "remove" and not args.doc:
         raise UsageError("'store remove' needs --doc DOC_ID", "see the ids with 'percache store list PATH'")
     with _open(args.path) as admin:

@@ -4,9 +4,10 @@ Works on a store directory without loading any model: the knowledge bank, the QA
 K/V store are opened through their own classes. Changes go through their public methods, so
 each keeps its own invariants (atomic files, transactions, counters).
 
-Open the admin only on a store no other process is writing to: a running handle keeps the QA
-bank in memory and would not see entries removed here. :meth:`StoreAdmin.clear` refuses a store
-that another process holds open.
+Reading works on a store in use. Changes (:meth:`StoreAdmin.remove_document`,
+:meth:`StoreAdmin.purge`, :meth:`StoreAdmin.clear`) are refused while another process or
+handle has the store open (it holds a shared lock on ``kv/.lock`` from ``enable()`` to
+``close()``): a running handle keeps K/V and banks in memory and works on what it read.
 """
 
 from __future__ import annotations
@@ -237,6 +238,7 @@ class StoreAdmin:
 
         :raises KeyError: when no chunk belongs to ``doc_id``.
         """
+        self._refuse_if_open("remove a document from")
         chunks = [c for c in self.chunks() if c.doc_id == doc_id and (scope is None or c.scope == scope)]
         if not chunks:
             known = sorted({c.doc_id for c in self.chunks()})
@@ -261,6 +263,7 @@ class StoreAdmin:
     def purge(self, keep: str | None = None) -> int:
         """Remove the K/V of every fingerprint but ``keep`` (None: the fingerprint that wrote
         most recently); returns the number of nodes removed."""
+        self._refuse_if_open("purge")
         fps = self.fingerprints()
         if not fps:
             return 0
@@ -282,20 +285,27 @@ class StoreAdmin:
     def clear(self) -> None:
         """Delete everything in the store (K/V of every model, documents, QA bank, idle queue,
         prediction state). Refuses when another process has the store open."""
-        self.close()
-        kv_root = self.path / "kv"
-        if kv_root.is_dir():
-            lock = DirectoryLock(kv_root)
-            try:
-                if not lock.exclusive:
-                    raise StoreInUseError(f"store {str(self.path)!r} is open in another process; close it first")
-            finally:
-                lock.close()
+        self._refuse_if_open("clear")
         for child in self.path.iterdir():
             if child.is_dir() and child.name in ("kv", _KNOWLEDGE, _SESSIONS, _PERSONA_HEADS):
                 shutil.rmtree(child)
             elif child.name.startswith((DB_NAME, _SESSIONS_DB)):
                 child.unlink()
+
+    def _refuse_if_open(self, action: str) -> None:
+        """:raises StoreInUseError: another process or handle has the store open."""
+        self.close()  # this admin's own K/V stores hold the shared lock too
+        kv_root = self.path / "kv"
+        if not kv_root.is_dir():
+            return
+        lock = DirectoryLock(kv_root)
+        try:
+            if not lock.exclusive:
+                raise StoreInUseError(
+                    f"cannot {action} store {str(self.path)!r}: it is open in another process or "
+                    "handle; close it (pc.close()) and retry")
+        finally:
+            lock.close()
 
     def close(self) -> None:
         for store in self._kv.values():

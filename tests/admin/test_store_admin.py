@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import percache_plugin as percache
-from percache_plugin.admin import StoreAdmin
+from percache_plugin.admin import StoreAdmin, StoreInUseError
 from percache_plugin.cli import main
 from percache_plugin.kv.store import KVStore
 from tests.helpers import tiny_pair
@@ -115,3 +115,53 @@ def test_cli_store_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["store", "purge", str(tmp_path)]) == 0
     assert main(["store", "clear", str(tmp_path), "--yes"]) == 0
     assert not any(tmp_path.iterdir())
+
+
+HOLDER = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+import percache_plugin as percache
+from tests.helpers import tiny_pair
+pc = percache.enable(*tiny_pair("llama"), store=sys.argv[1], embedder="hash", predict="off")
+open(sys.argv[2], "w").close()
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.02)
+pc.close()
+"""
+
+
+def test_remove_and_purge_are_refused_while_another_process_has_the_store_open(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+    import time
+
+    store = tmp_path / "store"
+    _filled(store)
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    repo = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER.format(repo=repo), str(store), str(ready), str(done)],
+                            cwd=repo)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the holder did not start"
+            time.sleep(0.05)
+        with StoreAdmin(store) as admin:
+            before = admin.info()
+            with pytest.raises(StoreInUseError, match=r"cannot remove a document from store .* open in "
+                                                      r"another process or handle"):
+                admin.remove_document("ana")
+            with pytest.raises(StoreInUseError, match="cannot purge store"):
+                admin.purge("0000")
+            after = admin.info()
+        assert (after.documents, after.qa_entries, after.fingerprints[0].nodes) == (
+            before.documents, before.qa_entries, before.fingerprints[0].nodes)
+        assert main(["store", "remove", str(store), "--doc", "ana"]) != 0
+        err = capsys.readouterr().err
+        assert "open in another process or handle" in err and "Traceback" not in err
+    finally:
+        done.touch()
+        assert proc.wait(timeout=60) == 0
+    with StoreAdmin(store) as admin:  # closed: allowed again
+        assert admin.remove_document("ana").documents == 1
