@@ -300,8 +300,9 @@ class Config:
     drafting: bool = _help(
         "Greedy decoding verifies drafts copied from the prompt, the nearest QA-bank answers and "
         "earlier turns (speculative decoding): the tokens are exactly those of plain greedy "
-        "decoding, fewer forwards are run. Sampling (do_sample=True) and beam search always "
-        "decode plainly. False decodes plainly always (docs/BENCHMARKS.md, 'Decoding with drafts').",
+        "decoding, fewer forwards are run. Sampling (do_sample=True), beam search and calls "
+        "passing token_type_ids always decode plainly (stats.drafting says why). False decodes "
+        "plainly always (docs/BENCHMARKS.md, 'Decoding with drafts').",
         True,
     )
     draft_sources: tuple[str, ...] | None = _help(

@@ -89,6 +89,8 @@ def greedy_reason(model: Any, kwargs: dict[str, Any]) -> str:
             return name
     if kwargs.get("num_return_sequences", cfg.num_return_sequences) not in (None, 1):
         return "num_return_sequences"
+    if kwargs.get("token_type_ids") is not None:  # the drafted loop feeds input_ids only
+        return "token_type_ids"
     return ""
 
 

@@ -33,3 +33,25 @@ def test_generate_uses_the_cache_when_the_config_says_use_cache_false() -> None:
     with pytest.raises(ValueError, match="use_cache=False"):
         pc.generate(SEGMENTS, max_new_tokens=2, do_sample=False, use_cache=False)
     pc.close()
+
+
+def test_token_type_ids_decode_plainly_not_drafted() -> None:
+    # The drafted loop feeds only input_ids: a caller's token_type_ids (GPT-2 adds their
+    # embedding at every position, and generate() extends them by the last type each step)
+    # would have been dropped from every drafted forward.
+    from tests.helpers import tiny_pair
+
+    outs = []
+    for drafting in (True, False):
+        model, tok = tiny_pair("gpt2")
+        pc = percache.enable(model, tok, drafting=drafting, predict="off")
+        n = len(pc.generate(SEGMENTS, max_new_tokens=1, do_sample=False).prompt_ids)
+        types = torch.ones((1, n), dtype=torch.long)
+        gen = pc.generate(SEGMENTS, max_new_tokens=12, do_sample=False, token_type_ids=types)
+        plain = pc.generate(SEGMENTS, max_new_tokens=12, do_sample=False)
+        outs.append((gen, plain))
+        pc.close()
+    (drafted, drafted_plain), (reference, _) = outs
+    assert drafted.stats.drafting == "token_type_ids"  # refused, and said why
+    assert drafted.token_ids == reference.token_ids
+    assert drafted_plain.stats.drafting == "on"  # only such calls are refused
