@@ -324,6 +324,14 @@ class Config:
         "'raw' stores each turn as a memory item, 'model' extracts facts with the memory_facts "
         "prompt template, 'both' does both; 'off' queues nothing (docs/memory.md).", "off")
     memory_extract_tokens: int = _help("Tokens decoded per extraction call.", 96)
+    memory_extract_grammar: bool = _help(
+        "Constrain 'model' extraction to the fact-line grammar (memory/grammar.py): one call per "
+        "turn with the memory_turn_facts template; the program writes the JSON structure and the "
+        "speaker's name, the model fills the summary (one sentence, no ':'), and may write "
+        "nothing. False: free generation over the task's turns with the memory_facts template. "
+        "Output is validated the same way either way.", True)
+    memory_facts_per_turn: int = _help(
+        "Most facts the constrained extraction writes per turn (memory_extract_grammar).", 1)
     memory_threshold: float = _help(
         "Least cosine similarity between the message and a fact for the fact to be recalled.", 0.35)
     memory_recall_mode: Literal["text", "splice", "splice-exact"] = _help(
@@ -394,7 +402,7 @@ class Config:
         for name in ("chunk_words", "top_k", "prediction_stride", "abstract_max_chunks",
                      "abstract_batch_chunks", "abstract_max_words", "background_max_new_tokens",
                      "memory_k", "background_prefill_chunk", "memory_extract_tokens",
-                     "memory_region_facts"):
+                     "memory_region_facts", "memory_facts_per_turn"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")

@@ -3,20 +3,25 @@
 One conversation (``--sample``, default 4: kept aside; the settings were chosen on sample 0)
 is replayed session by session: each session's dialogue turns are queued for idle-time
 extraction, and an idle phase (``pc.idle()``) runs between sessions, once with
-``memory_extraction="raw"`` (each turn a memory item) and once with ``"model"`` (facts from
-the ``memory_facts`` template, ``--batch`` turns per model call). The dataset holds both
-speakers' turns, so no reply is generated during the replay. Then a stratified, seeded sample
-of the questions whose evidence lies in the replayed sessions is answered by five methods:
+``memory_extraction="raw"`` (each turn a memory item) and once with ``"model"`` (constrained
+extraction, one call per turn, ``--batch`` turns per idle task; ``--free`` for the unconstrained
+``memory_facts`` template instead). The dataset holds both speakers' turns, so they are
+replayed as turns: no reply is generated through ``pc.chat``. Then a stratified, seeded sample
+of the questions whose evidence lies in the replayed sessions is answered by these methods:
 
 - ``full``: the whole replayed transcript (truncated to the model's window), as one chunk
   (its K/V is computed once and reused exactly by the later questions);
 - ``window``: the last turns that fit ``--window`` tokens;
-- ``raw``, ``facts``, ``facts+raw``: the ``--k`` best memory items of that kind.
+- ``raw``, ``facts``, ``facts+raw``: the ``--k`` best memory items of that kind (a fact is shown
+  with the date of the session it came from; a raw turn carries it already);
+- ``facts=raw tokens``: the best facts while their tokens fit the raw-turn context's tokens of
+  the same question (recall at equal prompt tokens).
 
 Reported per category: evidence recall@k (a retrieved item's sources are the dialogue ids it
 came from), answer token F1 (categories 1-4), the share of adversarial questions (category 5)
 answered as unanswerable, prompt tokens and latency per answer; extraction quality against
-LoCoMo's ``observation`` facts (cosine matching) and facts per minute of idle time.
+LoCoMo's ``observation`` facts (:mod:`.memory_match`: cosine and token-F1 rules, thresholds
+chosen on the other four conversations) and facts per minute of idle time.
 """
 
 from __future__ import annotations
@@ -43,14 +48,14 @@ from .memory_data import (
     answer_f1,
     evidence_recall,
     load_conversation,
-    match_facts,
     sample_questions,
     says_unanswerable,
 )
+from .memory_match import calibrate, f1_matrix, match_matrix
 
 __all__ = ["add_arguments", "run"]
 
-METHODS = ("full", "window", "raw", "facts", "facts+raw")
+METHODS = ("full", "window", "raw", "facts", "facts+raw", "facts=raw tokens")
 SYSTEM = (f"Answer the question about the conversation in a few words. If the conversation "
           f"does not say, answer '{UNANSWERABLE}'.")
 
@@ -66,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, default=512, help="sliding-window budget, tokens")
     p.add_argument("-k", type=int, default=5, help="memory items per answer (recall@k)")
     p.add_argument("--max-new", type=int, default=16, help="tokens decoded per answer")
-    p.add_argument("--match", type=float, default=0.7, help="cosine for an extracted fact to match an observation")
+    p.add_argument("--free", action="store_true", help="unconstrained extraction (memory_facts template)")
     p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--json", type=Path, default=None)
 
@@ -80,8 +85,8 @@ def _replay(pc: PerCache, conv: Conversation, batch: int) -> dict[str, Any]:
         queue_turns(pc.idle_queue, "c", dated, "raw")
         pc.idle()
         pc.configure(memory_extraction="model")
-        for i in range(0, len(dated), batch):
-            queue_turns(pc.idle_queue, "c", dated[i:i + batch], "facts")
+        for i in range(0, len(turns), batch):  # undated: a fact's date is its session's
+            queue_turns(pc.idle_queue, "c", turns[i:i + batch], "facts")
         t0 = time.perf_counter()
         pc.idle()
         model_s += time.perf_counter() - t0
@@ -93,7 +98,8 @@ def _replay(pc: PerCache, conv: Conversation, batch: int) -> dict[str, Any]:
     stats = pc.memory.extraction
     facts = len(pc.memory.list("facts"))
     return {"turns": sum(len(t) for _, t in conv.sessions), "model_calls": stats.model_calls,
-            "facts": facts, "malformed_lines": stats.malformed, "idle_s_model": model_s,
+            "facts": facts, "malformed_lines": stats.malformed, "duplicates": stats.duplicates,
+            "superseded": stats.superseded, "idle_s_model": model_s,
             "facts_per_minute": facts / (model_s / 60) if model_s else 0.0,
             "raw_items": len(pc.memory.list("raw")), "both_items": len(pc.memory.list("both"))}
 
@@ -102,19 +108,43 @@ def _sources(metadata: Any) -> list[str]:
     return [s.removeprefix("c:") for s in metadata.get("source", "").split(",") if s]
 
 
+def _tokens(pc: PerCache, text: str) -> int:
+    return len(pc.tokenizer(text + "\n", add_special_tokens=False)["input_ids"])
+
+
+def _memory(pc: PerCache, conv: Conversation, scope: str, question: str, k: int,
+            budget: int | None = None) -> tuple[list[str], list[list[str]]]:
+    """The ``k`` best items of ``scope`` (facts shown with their session's date), or with
+    ``budget`` the best items (of up to ``4 k``) while their tokens fit it."""
+    dates = {d: date for date, ts in conv.sessions for d, _ in ts}
+    texts: list[str] = []
+    sources: list[list[str]] = []
+    used = 0
+    for h in pc.memory.search(question, scope, k if budget is None else 4 * k):
+        src = _sources(h.fact.metadata)
+        raw = h.fact.metadata.get("kind") == "raw"
+        text = h.fact.text if raw or not src else f"[{dates.get(src[0], '')}] {h.fact.text}"
+        if budget is not None:
+            used += _tokens(pc, text)
+            if used > budget:
+                break
+        texts.append(text)
+        sources.append(src)
+    return texts, sources
+
+
 def _context(pc: PerCache, conv: Conversation, method: str, question: str, k: int,
-             window: int) -> tuple[list[str], list[list[str]]]:
+             window: int, raw_tokens: int) -> tuple[list[str], list[list[str]]]:
     """The context texts of one method and the dialogue ids each came from."""
-    if method in ("raw", "facts", "facts+raw"):
-        scope = {"raw": "raw", "facts": "facts", "facts+raw": "both"}[method]
-        hits = pc.memory.search(question, scope, k)
-        return [h.fact.text for h in hits], [_sources(h.fact.metadata) for h in hits]
+    if method in ("raw", "facts", "facts+raw", "facts=raw tokens"):
+        scope = {"raw": "raw", "facts": "facts", "facts+raw": "both", "facts=raw tokens": "facts"}[method]
+        return _memory(pc, conv, scope, question, k, raw_tokens if method == "facts=raw tokens" else None)
     turns = [(d, f"[{date}] {text}") for date, ts in conv.sessions for d, text in ts]
     budget = window if method == "window" else 8192 - 256  # SmolLM2's window less the question
     kept: list[tuple[str, str]] = []
     used = 0
     for d, text in reversed(turns):
-        n = len(pc.tokenizer(text + "\n", add_special_tokens=False)["input_ids"])
+        n = _tokens(pc, text)
         if used + n > budget:
             break
         kept.insert(0, (d, text))
@@ -134,12 +164,15 @@ def _evaluate(pc: PerCache, conv: Conversation, questions: list[QAItem], args: a
               ) -> list[dict[str, Any]]:
     rows = []
     for i, q in enumerate(questions):
+        raw_texts, _ = _memory(pc, conv, "raw", q.question, args.k)
+        raw_tokens = sum(_tokens(pc, t) for t in raw_texts)
         for method in METHODS:
-            texts, sources = _context(pc, conv, method, q.question, args.k, args.window)
+            texts, sources = _context(pc, conv, method, q.question, args.k, args.window, raw_tokens)
             answer, tokens, latency = _answer(pc, texts, q.question, args.max_new)
             rows.append({"method": method, "category": q.category, "question": q.question,
                          "gold": q.answer, "answer": answer, "prompt_tokens": tokens,
                          "latency_s": latency, "recall": evidence_recall(q.evidence, sources),
+                         "items": len(texts),
                          "f1": answer_f1(answer, q.answer) if q.category != 5 else None,
                          "unanswerable": says_unanswerable(answer)})
         print(f"  question {i + 1}/{len(questions)} (category {q.category}) answered", flush=True)
@@ -167,32 +200,63 @@ def _table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], dict[str, Any]]
     return out, summary
 
 
+def _targets(summary: dict[str, Any]) -> dict[str, Any]:
+    """The acceptance targets, from the ``all`` rows (and category 5)."""
+    full = summary["full/all"]
+    out: dict[str, Any] = {"token_share": {m: summary[f"{m}/all"]["prompt_tokens"] / full["prompt_tokens"]
+                                           for m in METHODS if m not in ("full", "window")}}
+    raw = summary["raw/all"]["recall"]
+    out["recall_vs_raw"] = {m: summary[f"{m}/all"]["recall"] - raw
+                            for m in ("facts", "facts+raw", "facts=raw tokens")}
+    if "full/5" in summary:
+        out["unanswerable_vs_full"] = {m: summary[f"{m}/5"]["unanswerable"] - summary["full/5"]["unanswerable"]
+                                       for m in METHODS if m != "full"}
+    return out
+
+
+def _quality(pc: PerCache, facts: list[Any], conv: Conversation, dev: list[Conversation]
+             ) -> dict[str, Any]:
+    """Extraction precision/recall against the observations, both match rules."""
+    emb = pc.embedder
+    thresholds = calibrate(dev, emb.embed)
+    texts, obs = [f.text for f in facts], [o for o, _ in conv.observations]
+    cos = emb.embed(texts) @ emb.embed(obs).T if texts and obs else np.zeros((len(texts), len(obs)))
+    return {"cosine": match_matrix(cos, thresholds["cosine"]),
+            "token_f1": match_matrix(f1_matrix(texts, obs), thresholds["token_f1"]),
+            "calibration": thresholds}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     conv = load_conversation(args.data, args.sample, args.sessions)
+    dev = [load_conversation(args.data, s, args.sessions) for s in range(5) if s != args.sample]
     questions = sample_questions(conv.questions, args.per_category, args.seed)
     print(f"LoCoMo sample {args.sample} ({conv.sample_id}): {len(conv.sessions)} sessions, "
           f"{len(conv.questions)} questions with evidence in them, {len(questions)} drawn "
           f"(<= {args.per_category} per category, seed {args.seed})", flush=True)
     model, tok = load_smollm2()
+    t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="percache-bench-memory-") as store:
         pc = enable(model, tok, store=store, predict="off", use_qa_bank=False,
-                    memory_extract_tokens=args.extract_tokens, prediction_quiet_s=0.0)
+                    memory_extract_tokens=args.extract_tokens, prediction_quiet_s=0.0,
+                    memory_extract_grammar=not args.free)
         extraction = _replay(pc, conv, args.batch)
         facts = pc.memory.list("facts")
-        emb = pc.embedder
-        quality = match_facts(emb.embed([f.text for f in facts]) if facts else np.zeros((0, emb.dim)),
-                              emb.embed([o for o, _ in conv.observations]), args.match)
+        quality = _quality(pc, facts, conv, dev)
         rows = _evaluate(pc, conv, questions, args)
-        examples = [f.text for f in facts[:8]]
+        examples = [f"{f.metadata.get('source', '')}: {f.text}" for f in facts[:12]]
         pc.disable()
     table, summary = _table(rows)
+    targets = _targets(summary)
     print(markdown_table(["method", "category", "n", f"recall@{args.k}", "F1", "unanswerable (cat 5)",
                           "prompt tokens", "latency s (median)"], table))
     print(f"extraction: {extraction}")
-    print(f"vs LoCoMo observations (cosine >= {args.match}): {quality}")
+    print(f"vs LoCoMo observations: {quality}")
+    print(f"targets: {targets}")
     print("first facts:", *examples, sep="\n  ")
+    print(f"run time (after loading the model): {time.perf_counter() - t_start:.0f} s")
     result = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"}, "extraction": extraction,
-              "quality": quality, "summary": summary, "rows": rows, "examples": examples}
+              "quality": quality, "targets": targets, "summary": summary, "rows": rows,
+              "examples": examples}
     write_json(args.json, result)
     return result

@@ -11,12 +11,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 __all__ = ["Conversation", "QAItem", "UNANSWERABLE", "answer_f1", "evidence_recall", "load_conversation",
-           "match_facts", "sample_questions", "says_unanswerable"]
+           "sample_questions", "says_unanswerable"]
 
 UNANSWERABLE = "Not mentioned"
 _REFUSALS = ("not mentioned", "no information", "not say", "unknown", "don't know", "do not know",
@@ -96,14 +93,3 @@ def evidence_recall(evidence: Sequence[str], retrieved_sources: Sequence[Sequenc
     """Share of the evidence dialogue ids among the sources of the retrieved items."""
     got = {d for sources in retrieved_sources for d in sources}
     return sum(e in got for e in evidence) / len(evidence)
-
-
-def match_facts(extracted: np.ndarray, gold: np.ndarray, tau: float) -> dict[str, Any]:
-    """Precision/recall of extracted facts against reference facts: a pair matches at cosine
-    >= ``tau`` (rows are unit embeddings)."""
-    if len(extracted) == 0 or len(gold) == 0:
-        return {"precision": 0.0, "recall": 0.0, "extracted": len(extracted), "reference": len(gold)}
-    sims = extracted @ gold.T
-    return {"precision": float((sims.max(axis=1) >= tau).mean()),
-            "recall": float((sims.max(axis=0) >= tau).mean()),
-            "extracted": len(extracted), "reference": len(gold)}

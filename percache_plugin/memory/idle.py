@@ -2,9 +2,11 @@
 facts (``Config.memory_extraction``).
 
 A task carries the turns it covers (``{"session", "turns": [[turn id, text], ...]}`` as its
-question) and the memory scope. ``"model"`` asks the model with the ``memory_facts`` prompt
-template and keeps the valid lines (:func:`.extract.parse_facts`; malformed ones, and facts copied
-from the template's example, are counted and dropped); ``"raw"`` stores each turn itself as a memory item, the fallback that needs no
+question) and the memory scope. ``"model"`` asks the model and keeps the valid lines
+(:func:`.extract.parse_facts`; malformed ones, and facts copied from the template, are counted
+and dropped): with ``Config.memory_extract_grammar`` (the default) once per turn, constrained to
+the fact grammar (:mod:`.constrained`), each fact attributed to its turn; without it once per
+task with the ``memory_facts`` template, each fact attributed to all the task's turns; ``"raw"`` stores each turn itself as a memory item, the fallback that needs no
 extraction; ``"both"`` does both. Every fact gets ``metadata["source"]``: the
 ``session:turn`` ids it came from.
 
@@ -27,7 +29,8 @@ from ..idle import IdleQueue, IdleReport, IdleTask
 from ..predict.templates import load_template
 from ..segments import Segment
 from .bank import MemoryBank
-from .extract import parse_facts, raw_turn_fact
+from .constrained import TurnGrammar, extract_turn
+from .extract import Extracted, ParsedFacts, parse_facts, raw_turn_fact
 from .text import normalize
 
 if TYPE_CHECKING:
@@ -76,9 +79,43 @@ def _turns(task: IdleTask) -> tuple[str, list[tuple[str, str]]] | None:
     return session, turns
 
 
+def _model_facts(c: IdleContext, session: str, turns: list[tuple[str, str]], report: IdleReport,
+                 stats: ExtractionStats, grammar: TurnGrammar) -> list[tuple[Extracted, str]]:
+    """The valid facts the model finds in ``turns``, each with its ``source``."""
+    cfg = c.ctx.config
+    calls: list[tuple[ParsedFacts, str, str]] = []  # (output, template, source)
+    if cfg.memory_extract_grammar:
+        template = load_template("memory_turn_facts", cfg.prompt_dir)
+        g = grammar(c.tokenizer)
+        for turn_id, text in turns:
+            found, gen = extract_turn(c.generate, g, template, text, max_facts=cfg.memory_facts_per_turn,
+                                      max_new_tokens=cfg.memory_extract_tokens)
+            calls.append((found, template, f"{session}:{turn_id}"))
+            stats.model_calls += 1
+            report.prefill_tokens += gen.stats.tokens_computed
+            report.decode_tokens += gen.stats.new_tokens
+    else:
+        template = load_template("memory_facts", cfg.prompt_dir)
+        text = "\n".join(x for _, x in turns)
+        gen = c.generate([Segment(_SYSTEM, "system"), Segment(f"{text}\n\n{template}", "query")],
+                         max_new_tokens=cfg.memory_extract_tokens, do_sample=False)
+        calls.append((parse_facts(gen.text), template, ",".join(f"{session}:{t}" for t, _ in turns)))
+        stats.model_calls += 1
+        report.prefill_tokens += gen.stats.tokens_computed
+        report.decode_tokens += gen.stats.new_tokens
+    out: list[tuple[Extracted, str]] = []
+    for found, template, source in calls:
+        # A fact copied from the template (its example) is not about these turns.
+        copied = [f for f in found.facts if normalize(f.text) in normalize(template)]
+        stats.malformed += found.malformed + len(copied)
+        out += [(f, source) for f in found.facts if f not in copied]
+    return out
+
+
 def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: MemoryBank,
-                   stats: ExtractionStats, mode: str) -> None:
-    """Run one ``memory_extract`` task (see the module docstring)."""
+                   stats: ExtractionStats, mode: str, grammar: TurnGrammar | None = None) -> None:
+    """Run one ``memory_extract`` task (see the module docstring). ``grammar`` keeps the fact
+    grammar between tasks (built anew when omitted)."""
     t0 = time.perf_counter()
     parsed = _turns(task)
     if parsed is None:
@@ -86,21 +123,9 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
         return
     session, turns = parsed
     items: list[tuple[str, str | None, dict[str, str]]] = []
-    sources = ",".join(f"{session}:{t}" for t, _ in turns)
     if mode in ("model", "both"):
-        instruction = load_template("memory_facts", c.ctx.config.prompt_dir)
-        text = "\n".join(x for _, x in turns)
-        gen = c.generate([Segment(_SYSTEM, "system"), Segment(f"{text}\n\n{instruction}", "query")],
-                         max_new_tokens=c.ctx.config.memory_extract_tokens, do_sample=False)
-        stats.model_calls += 1
-        report.prefill_tokens += gen.stats.tokens_computed
-        report.decode_tokens += gen.stats.new_tokens
-        found = parse_facts(gen.text)
-        # A fact copied from the template's example is not about these turns.
-        copied = [f for f in found.facts if normalize(f.text) in normalize(instruction)]
-        stats.malformed += found.malformed + len(copied)
-        items += [(f.text, task.scope, {**f.metadata, "source": sources})
-                  for f in found.facts if f not in copied]
+        for fact, source in _model_facts(c, session, turns, report, stats, grammar or TurnGrammar()):
+            items.append((fact.text, task.scope, {**fact.metadata, "source": source}))
     if mode in ("raw", "both"):
         for turn_id, text in turns:
             raw = raw_turn_fact(text)
@@ -118,6 +143,8 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
 def extraction_runner(bank: Callable[[IdleContext], MemoryBank], stats: ExtractionStats
                       ) -> Callable[[IdleContext, IdleTask, IdleReport], None]:
     """The runner registered for :data:`EXTRACT_KIND` (``bank(ctx)`` opens the memory)."""
+    grammar = TurnGrammar()
+
     def run(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
-        run_extraction(c, task, report, bank(c), stats, c.ctx.config.memory_extraction)
+        run_extraction(c, task, report, bank(c), stats, c.ctx.config.memory_extraction, grammar)
     return run

@@ -7,7 +7,8 @@ from pathlib import Path
 
 __all__ = ["TEMPLATE_NAMES", "load_template"]
 
-TEMPLATE_NAMES = ("abstract", "knowledge_questions", "history_questions", "memory_facts")
+TEMPLATE_NAMES = ("abstract", "knowledge_questions", "history_questions", "memory_facts",
+                  "memory_turn_facts")
 
 
 def load_template(name: str, override_dir: Path | str | None = None) -> str:

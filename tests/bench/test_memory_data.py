@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 from percache_plugin.bench.memory_data import (
     QAItem,
     answer_f1,
     evidence_recall,
     load_conversation,
-    match_facts,
     sample_questions,
     says_unanswerable,
 )
@@ -23,9 +20,6 @@ def test_scores() -> None:
     assert answer_f1("", "x") == 0.0 and answer_f1("cats", "dogs") == 0.0
     assert says_unanswerable("Not mentioned.") and not says_unanswerable("In May 2023")
     assert evidence_recall(["D1:2", "D1:7"], [["D1:2"], ["D3:1", "D1:9"]]) == 0.5
-    unit = np.eye(3, dtype=np.float32)
-    m = match_facts(unit[:2], unit[1:], 0.9)
-    assert m["precision"] == 0.5 and m["recall"] == 0.5
 
 
 def test_sample_is_stratified_and_seeded() -> None:
