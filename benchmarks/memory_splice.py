@@ -15,10 +15,15 @@ for every mode (``sessions.memory.recall`` replaced), so only where the facts go
 * ``changed``: a turn after ``--history`` turns whose recalled facts differ from the region's
   (the turns after the region are computed again: exact, counted in history_recomputed).
 
+``cpu_s`` is the process CPU time of the measured ``chat`` call (1 torch thread, so it is the
+turn's compute, less disturbed than wall time by other processes on a shared machine); with
+``--answer 1`` it covers recall, the region, the prefill and one token.
+
 For the shifted scenario the first-token distribution of 'splice' is compared with
 'splice-exact' over the same ids (KL, top-1) and the greedy answers of ``--answer`` tokens.
 
-    python benchmarks/memory_splice.py --repeats 5 > memory_splice.json
+    python benchmarks/memory_splice.py --repeats 5 > memory_splice.json            # answers of 16 tokens
+    python benchmarks/memory_splice.py --repeats 5 --answer 1 > memory_splice_ttft.json
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ def scenario(model: Any, tok: Any, name: str, mode: str, facts: list[str], other
         pc.sessions.create("first", system=SYSTEM_A)
         _turn(pc, messages[0], "first", 1)  # computes and stores the facts' K/V
         pc.sessions.create("measured", system=SYSTEM_A if name.endswith("exact") else SYSTEM_B)
+        cpu = time.process_time()
         reply = _turn(pc, messages[1], "measured", answer)
     else:
         last = other if name == "changed" else facts
@@ -82,10 +88,12 @@ def scenario(model: Any, tok: Any, name: str, mode: str, facts: list[str], other
         pc.sessions.create("measured", system=SYSTEM_A)
         for m in messages[:history]:
             _turn(pc, m, "measured", 8)
+        cpu = time.process_time()
         reply = _turn(pc, messages[history], "measured", answer)
+    cpu = time.process_time() - cpu
     s = reply.stats
     pc.close()
-    return {"ttft_s": s.ttft_s, "tokens_computed": s.tokens_computed, "prompt_tokens": s.prompt_tokens,
+    return {"ttft_s": s.ttft_s, "cpu_s": cpu, "tokens_computed": s.tokens_computed, "prompt_tokens": s.prompt_tokens,
             "memory_tokens": s.memory_tokens, "spliced": s.memory_spliced_tokens,
             "shifted": s.memory_shifted_tokens, "recomputed": s.memory_recomputed_tokens,
             "history_recomputed": s.history_recomputed, "approximate": s.approximate, "k": k,
@@ -119,8 +127,9 @@ def main() -> None:
         row: dict[str, Any] = {}
         for mode in MODES:
             rs = runs[name][mode]
-            first = {key: v for key, v in rs[0].items() if key not in ("answer", "logits", "ttft_s")}
+            first = {key: v for key, v in rs[0].items() if key not in ("answer", "logits", "ttft_s", "cpu_s")}
             row[mode] = {"ttft_median_s": round(statistics.median(r["ttft_s"] for r in rs), 4),
+                         "cpu_median_s": round(statistics.median(r["cpu_s"] for r in rs), 4),
                          "ttft_s": [round(r["ttft_s"], 4) for r in rs], **first}
         ref, got = runs[name]["splice-exact"][0], runs[name]["splice"][0]
         if ref["logits"] is not None and got["logits"] is not None:

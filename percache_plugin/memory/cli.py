@@ -21,6 +21,7 @@ from ..cli_errors import UsageError
 from ..kv.store import DB_NAME
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.qa_bank import QABank
+from ..session.persist import SESSIONS_DB, SessionStore
 from ..turnlog.cli import add_export_arguments, export
 from .bank import MemoryBank, UnknownFact
 from .forget import forget_everywhere
@@ -88,6 +89,18 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _drop_from_sessions(root: Path, fingerprints: Sequence[str], fact_id: str) -> int:
+    """Take the fact out of every saved session's memory region (their K/V slices from its
+    position on go; the prefix blocks after it are not found without the model's settings)."""
+    if not fingerprints or not (root / SESSIONS_DB).exists():
+        return 0
+    store = SessionStore(root, fingerprints[0])
+    try:
+        return len(store.drop_fact(fact_id))
+    finally:
+        store.close()
+
+
 def _forget(args: argparse.Namespace) -> int:
     if not args.query:
         raise UsageError("'memory forget' needs a FACT_ID", "see the ids with 'percache memory list STORE'")
@@ -107,12 +120,14 @@ def _forget(args: argparse.Namespace) -> int:
                     report = forget_everywhere(bank, args.query, stores, drop_answers)
                 except UnknownFact as exc:
                     raise UsageError(str(exc), "see the ids with 'percache memory list STORE'") from exc
+                sessions = _drop_from_sessions(args.store, admin.fingerprints(), args.query)
         finally:
             qa.close()
         scrubbed = bank.scrub()
     finally:
         bank.close()
-    print(f"forgot {report.fact_id}: {report.kv_nodes} K/V nodes, {report.answers} stored answers"
+    print(f"forgot {report.fact_id}: {report.kv_nodes} K/V nodes, {report.answers} stored answers, "
+          f"{sessions} sessions"
           f"{'' if scrubbed else ' (the database is in use elsewhere: its WAL is emptied later)'}")
     return 0
 

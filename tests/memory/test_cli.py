@@ -38,3 +38,23 @@ def test_list_search_forget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["memory", "forget", str(tmp_path), "nope"]) != 0
     assert "no fact 'nope'" in capsys.readouterr().err
     assert main(["memory", "list", str(tmp_path / "missing")]) != 0
+
+
+def test_forget_takes_the_fact_out_of_saved_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, tok = tiny_pair("llama")
+    config = dict(store=tmp_path, embedder="hash", predict="off", memory_recall=True, memory_threshold=0.0,
+                  memory_recall_mode="splice")
+    pc = percache.enable(model, tok, **config)
+    tea = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact
+    pc.chat("What tea does Ana drink?", memory_scope="ana", max_new_tokens=2)
+    assert tea.id in [f.fact_id for f in pc.sessions.get("default").memory]
+    pc.close()
+    assert main(["memory", "forget", str(tmp_path), tea.id]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("1 sessions")
+    pc = percache.enable(model, tok, **config)
+    session = pc.sessions.get("default")
+    assert tea.id not in [f.fact_id for f in session.memory]
+    assert session.cache.get_seq_length() <= len(session.head_ids)  # the snapshot ends before it
+    reply = pc.chat("And now?", memory_scope="ana", max_new_tokens=2)
+    assert "Quillberry" not in tok.decode(reply.prompt_ids)
+    pc.close()
