@@ -310,6 +310,13 @@ class Config:
         "plugin's); None uses every source offered.",
         None,
     )
+    draft_verify_cost: tuple[float, ...] | None = _help(
+        "What a forward verifying k = 1, 2, ... draft tokens costs, in one-token forwards (the "
+        "last step repeats beyond the list): drafts are verified only where the tokens they are "
+        "expected to add pay for it. None: the curve measured for SmolLM2-135M on one CPU thread "
+        "(benchmarks/verify_cost.py measures a model on its hardware; on a GPU it is near 1.0).",
+        None,
+    )
     memory_recall: bool = _help(
         "Before each chat turn, recall the facts of pc.memory (scope: chat's memory_scope) most "
         "similar to the message and put them before the message in the turn (docs/memory.md). "
@@ -476,6 +483,13 @@ class Config:
                 raise ConfigError("draft_sources must be None or a sequence of source names, "
                                   f"got {self.draft_sources!r}")
             self.draft_sources = tuple(self.draft_sources)
+        if self.draft_verify_cost is not None:
+            cost = self.draft_verify_cost
+            if isinstance(cost, str) or not isinstance(cost, (tuple, list)) or not cost or not all(
+                    isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0 for r in cost):
+                raise ConfigError("draft_verify_cost must be None or a non-empty sequence of positive "
+                                  f"numbers (k = 1, 2, ...), got {cost!r}")
+            self.draft_verify_cost = tuple(float(r) for r in cost)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> Config:

@@ -33,7 +33,16 @@ from .attention.splice import SpliceCache
 from .config import Config, ConfigError, check_store_path
 from .core.capabilities import Capabilities
 from .core.preemption import Preempted, Preemption
-from .decode import DraftedDecoding, DraftHints, greedy_reason, run_generate
+from .decode import (
+    SMOLLM2_CPU_COST,
+    AcceptanceHistory,
+    DraftedDecoding,
+    DraftHints,
+    DraftSchedule,
+    VerifyCost,
+    greedy_reason,
+    run_generate,
+)
 from .decode.chunked import StopCheck, interrupt_check, prefill_rest
 from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
@@ -69,6 +78,7 @@ class Engine:
         self.lock = threading.RLock()
         self.preemption = preemption or Preemption()
         self._totals = StatsTotals()
+        self.draft_history = AcceptanceHistory()  # how drafts of each kind fared across answers
         self.plugins: pluggy.PluginManager = make_plugin_manager()
         for plugin in plugins:  # before anything asks the hooks (the model profile, below)
             self.plugins.register(plugin)
@@ -254,7 +264,9 @@ class Engine:
             stats.drafting = reason
             return None
         sources = self.hooks.draft_sources(self.ctx, prompt, hints or DraftHints())
-        return DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources)
+        cost = self.config.draft_verify_cost
+        schedule = DraftSchedule(cost=VerifyCost(cost) if cost else SMOLLM2_CPU_COST, history=self.draft_history)
+        return DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources, schedule)
 
     def complete(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> Generation:
         """Generate from a plain prompt (text, tokenized with the tokenizer's special tokens and

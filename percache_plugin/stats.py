@@ -43,6 +43,7 @@ class GenerationStats:
     tokens_accepted: int = 0  # of them, equal to what the model chose (kept)
     decode_forwards: int = 0  # model forwards during decoding (the first token's included)
     forwards_saved: int = 0  # new_tokens - decode_forwards: forwards plain decoding would add
+    drafts_declined: int = 0  # drafts found but not verified: not expected to pay for the forward
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
 

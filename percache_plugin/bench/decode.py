@@ -33,12 +33,13 @@ MODES: dict[str, tuple[str, ...] | None] = {
     "prompt": ("prompt",), "qa_bank": (QA_BANK,), "session": (SESSION,), "combined": None}
 
 
-def _pairs(path: Path, meetings: int, questions: int) -> dict[str, list[tuple[str, str]]]:
+def _pairs(path: Path, meetings: int, questions: int, skip: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """Meetings with the most paraphrases first (ties in file order), the first ``skip`` left out."""
     pairs = json.loads(path.read_text())["pairs"]
     by: dict[str, list[tuple[str, str]]] = {}
     for p in pairs:
         by.setdefault(p["meeting"], []).append((p["query"], p["paraphrase"]))
-    chosen = dict(sorted(by.items(), key=lambda kv: -len(kv[1]))[:meetings])
+    chosen = dict(sorted(by.items(), key=lambda kv: -len(kv[1]))[skip:skip + meetings])
     out, n = {}, 0
     for mid, qs in chosen.items():
         take = qs[:max(0, questions - n)]
@@ -65,14 +66,29 @@ def _timed(pc: Any, segments: Any, n: int, hints: DraftHints, mode: str) -> dict
             "accepted": s.tokens_accepted, "reused": s.tokens_reused}
 
 
+def _trace(pc: Any, segments: Any, hints: DraftHints, plain_ids: list[int]) -> dict[str, Any]:
+    """What a drafted decoding of this request starts from, for an offline replay of schedules
+    (``benchmarks/draft_replay.py``): the prompt, the draft sources, the plain greedy output."""
+    prompt = pc.prompt(segments)
+    sources = pc.hooks.draft_sources(pc.engine.ctx, prompt, hints)
+    return {"prompt": list(prompt.input_ids), "plain": plain_ids,
+            "sources": [{"name": s.name, "anchored": s.anchored, "sequences": [list(q) for q in s.sequences]}
+                        for s in sources]}
+
+
 def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions: int, new_tokens: int,
-                  repeats: int, progress: bool = True, partial: Path | None = None) -> dict[str, Any]:
-    """Every question in every mode; ``partial`` receives the rows so far after each question."""
+                  repeats: int, progress: bool = True, partial: Path | None = None, skip: int = 0,
+                  modes: tuple[str, ...] = tuple(MODES), trace: bool = False) -> dict[str, Any]:
+    """Every question in every mode of ``modes`` (and plain); ``partial`` receives the rows so far
+    after each question; ``trace`` keeps each request's replay inputs in its row."""
     import percache_plugin as percache
 
     from ..assistant.ask import qa_drafts, segments_for
 
-    plan = _pairs(PARAPHRASES, meetings, questions)
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise ValueError(f"unknown decode modes {sorted(unknown)}; choose from {sorted(MODES)}")
+    plan = _pairs(PARAPHRASES, meetings, questions, skip)
     found = _meetings(data, set(plan))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,7 +107,7 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
                 pc.generate(segments, max_new_tokens=1, do_sample=False)  # cache the chunks
                 runs: dict[str, list[dict[str, Any]]] = {}
                 for r in range(repeats):
-                    order = ["plain", *MODES] if r % 2 == 0 else [*MODES, "plain"][::-1]
+                    order = ["plain", *modes] if r % 2 == 0 else [*modes, "plain"][::-1]
                     for mode in order:
                         runs.setdefault(mode, []).append(_timed(pc, segments, new_tokens, hints, mode))
                 plain_ids = runs["plain"][0]["ids"]
@@ -101,15 +117,17 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
                     row[mode] = {"identical": all(x["ids"] == plain_ids for x in rs),"tok_s": median([x["new"] / x["s"] for x in rs]),
                                  "forwards": rs[0]["forwards"], "drafted": rs[0]["drafted"],
                                  "accepted": rs[0]["accepted"]}
-                for mode in MODES:
+                for mode in modes:
                     row[mode]["speedup"] = row[mode]["tok_s"] / row["plain"]["tok_s"]
+                if trace:
+                    row["trace"] = _trace(pc, segments, hints, plain_ids)
                 rows.append(row)
                 write_json(partial, {"rows": rows})
                 session.append(plain_ids)
                 if progress:
                     print(f"{mid} {question[:40]!r}: " + " ".join(
-                        f"{m}={row[m]['speedup']:.2f}x" for m in MODES)
-                        + ("" if all(row[m]["identical"] for m in MODES) else " NOT IDENTICAL"), flush=True)
+                        f"{m}={row[m]['speedup']:.2f}x" for m in modes)
+                        + ("" if all(row[m]["identical"] for m in modes) else " NOT IDENTICAL"), flush=True)
             pc.close()
     summary = {m: {"median_speedup": median([r[m]["speedup"] for r in rows]),
                    "min_speedup": min(r[m]["speedup"] for r in rows),
@@ -118,16 +136,22 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
                    "acceptance": (sum(r[m]["accepted"] for r in rows) / max(1, sum(r[m]["drafted"] for r in rows))),
                    "forwards": sum(r[m]["forwards"] for r in rows),
                    "not_identical": sum(not r[m]["identical"] for r in rows)}
-               for m in MODES}
+               for m in modes}
     summary["plain"] = {"median_tok_s": median([r["plain"]["tok_s"] for r in rows]),
                         "forwards": sum(r["plain"]["forwards"] for r in rows)}
-    return {"rows": rows, "summary": summary, "questions": len(rows), "meetings": len(plan),
+    return {"rows": rows, "summary": summary, "questions": len(rows), "meetings": list(plan), "skip": skip,
             "new_tokens": new_tokens, "repeats": repeats, "threads": torch.get_num_threads()}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, default=DEFAULT_QMSUM, help="QMSum data folder")
     p.add_argument("--meetings", type=int, default=5, help="meetings (those with most paraphrases first)")
+    p.add_argument("--skip", type=int, default=0,
+                   help="leave out the first N meetings of that order (a split disjoint from the first N)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"comma-separated drafting modes beside plain decoding (of {', '.join(MODES)})")
+    p.add_argument("--trace", action="store_true",
+                   help="keep each request's prompt, draft sources and plain output in the JSON (for replays)")
     p.add_argument("--questions", type=int, default=20, help="paraphrased questions in all")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens decoded per answer")
     p.add_argument("--repeats", type=int, default=1, help="timed runs per question and mode (median)")
@@ -139,19 +163,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from ..bundled import load_smollm2
 
     require_qmsum(args.data)
+    modes = tuple(m for m in args.modes.split(",") if m)
     torch.set_num_threads(args.threads)
     model, tok = load_smollm2(status=True)
     payload = run_benchmark(model, tok, args.data, meetings=args.meetings, questions=args.questions,
-                            new_tokens=args.new_tokens, repeats=args.repeats, partial=args.json)
+                            new_tokens=args.new_tokens, repeats=args.repeats, partial=args.json,
+                            skip=args.skip, modes=modes, trace=args.trace)
     s = payload["summary"]
     print(markdown_table(
         ["mode", "median decode tok/s", "median speed-up", "min speed-up", "answers >5% slower",
          "acceptance", "forwards"],
         [["plain", f"{s['plain']['median_tok_s']:.1f}", "1.00x", "", "", "", s["plain"]["forwards"]],
          *[[m, f"{s[m]['median_tok_s']:.1f}", f"{s[m]['median_speedup']:.2f}x", f"{s[m]['min_speedup']:.2f}x",
-            s[m]["slower_than_5pct"], f"{s[m]['acceptance']:.0%}", s[m]["forwards"]] for m in MODES]]))
-    differ = sum(s[m]["not_identical"] for m in MODES)
-    print(f"{payload['questions']} questions over {payload['meetings']} meetings, {args.new_tokens} new "
+            s[m]["slower_than_5pct"], f"{s[m]['acceptance']:.0%}", s[m]["forwards"]] for m in modes]]))
+    differ = sum(s[m]["not_identical"] for m in modes)
+    print(f"{payload['questions']} questions over meetings {', '.join(payload['meetings'])}, {args.new_tokens} new "
           f"tokens, {args.threads} thread(s); drafted answers differing from the plain one: {differ}")
     write_json(args.json, payload)
     return payload

@@ -1,6 +1,8 @@
 """Decoding: running ``generate`` over a prepared cache, and greedy decoding with drafts
 copied from the prompt, the QA bank and the conversation, verified by the model."""
 
+from .acceptance import AcceptanceHistory, Tally, draft_kind
+from .cost import SMOLLM2_CPU_COST, VerifyCost
 from .generate import context_limit, dtype_device, greedy_reason, run_generate
 from .lookup import Draft, DraftIndex
 from .schedule import DraftSchedule
@@ -9,4 +11,5 @@ from .verify import DraftCounts, DraftedDecoding
 
 __all__ = ["context_limit", "dtype_device", "greedy_reason", "run_generate", "Draft", "DraftIndex",
            "DraftSchedule", "DraftHints", "DraftSource", "prompt_source", "text_source",
-           "DraftCounts", "DraftedDecoding"]
+           "DraftCounts", "DraftedDecoding", "AcceptanceHistory", "Tally", "draft_kind",
+           "SMOLLM2_CPU_COST", "VerifyCost"]

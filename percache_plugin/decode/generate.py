@@ -138,6 +138,7 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
         stats.tokens_drafted, stats.tokens_accepted = c.drafted, c.accepted
         stats.decode_forwards = c.forwards
         stats.forwards_saved = len(new) - c.forwards
+        stats.drafts_declined = c.declined
         stats.drafted_by_source = dict(c.drafted_by_source)
         stats.accepted_by_source = dict(c.accepted_by_source)
     if check is not None and check.fired:

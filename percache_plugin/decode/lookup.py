@@ -22,12 +22,23 @@ __all__ = ["Draft", "DraftIndex", "OUTPUT"]
 OUTPUT = "output"  # the name under which the generation so far drafts from itself
 
 
+MAX_MATCH = 16  # context tokens compared when measuring how long an n-gram match runs
+
+
 @dataclass(frozen=True)
 class Draft:
-    """Proposed tokens and the source they were copied from."""
+    """Proposed tokens and the source they were copied from.
+
+    :ivar match: how many tokens before the draft agree with the context (the matched n-gram
+        extended backwards, at most :data:`MAX_MATCH`); for a draft by prefix of an earlier
+        answer, the length of the generation so far.
+    :ivar by_prefix: copied from an anchored source whose start equals the whole generation.
+    """
 
     tokens: tuple[int, ...]
     source: str
+    match: int = 0
+    by_prefix: bool = False
 
 
 def _ends(a: np.ndarray, gram: Sequence[int]) -> np.ndarray:
@@ -42,6 +53,14 @@ def _ends(a: np.ndarray, gram: Sequence[int]) -> np.ndarray:
     return np.flatnonzero(hit) + n
 
 
+def _run(ctx: Sequence[int], seq: Sequence[int], end: int, n: int) -> int:
+    """How many tokens before ``seq[end]`` equal the end of ``ctx`` (at least the ``n`` matched,
+    at most :data:`MAX_MATCH`)."""
+    while n < MAX_MATCH and n < end and n < len(ctx) and seq[end - n - 1] == ctx[len(ctx) - n - 1]:
+        n += 1
+    return n
+
+
 class DraftIndex:
     """An n-gram index over draft sources and the growing generation.
 
@@ -50,6 +69,8 @@ class DraftIndex:
     :param max_ngram: longest n-gram matched.
     :param min_ngram: shortest n-gram matched (1-grams propose too often on real text).
     :param from_output: whether the generation drafts from itself (source ``"output"``).
+    :param max_candidates: occurrences of the matched n-gram compared per sequence (the latest
+        ones): the draft follows the one whose match with the context runs furthest back.
 
     Sequences are kept as arrays and scanned at each proposal (:func:`_ends`) rather than
     indexed n-gram by n-gram up front, which cost tens of milliseconds per request before the
@@ -57,10 +78,12 @@ class DraftIndex:
     """
 
     def __init__(self, sources: Sequence[DraftSource], prompt: Sequence[int], *,
-                 max_ngram: int = 4, min_ngram: int = 2, from_output: bool = True) -> None:
+                 max_ngram: int = 4, min_ngram: int = 2, from_output: bool = True,
+                 max_candidates: int = 16) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram = max_ngram
+        self.max_candidates = max_candidates
         self.min_ngram = min_ngram
         self._seqs: list[list[int]] = []
         self._arrays: list[np.ndarray | None] = []  # None: the growing output, converted per scan
@@ -95,8 +118,9 @@ class DraftIndex:
         """Up to ``k`` tokens that may follow the context, or None.
 
         Earlier answers (anchored sources) by prefix of the whole generation first; then the
-        longest n-gram ending the context, the most recent occurrence first (the output, then
-        the sources from the last to the first, the latest position in each first)."""
+        longest n-gram ending the context: of its occurrences, the one whose agreement with the
+        context runs furthest back (up to :data:`MAX_MATCH` tokens); ties go to the output, then
+        the sources from the last to the first, the latest position in each first."""
         if k <= 0:
             return None
         gen = self.generated
@@ -106,19 +130,24 @@ class DraftIndex:
             if len(seq) > len(gen) and seq[:len(gen)] == gen:
                 cand = tuple(seq[len(gen):len(gen) + k])
                 if best is None or len(cand) > len(best.tokens):
-                    best = Draft(cand, self._names[i])
+                    best = Draft(cand, self._names[i], len(gen), True)
         if best is not None:
             return best
         ctx = self._context
         for n in range(min(self.max_ngram, len(ctx)), self.min_ngram - 1, -1):
             gram = ctx[len(ctx) - n:]
+            found: Draft | None = None
             for i in range(len(self._seqs) - 1, -1, -1):
                 seq = self._seqs[i]
                 arr = self._arrays[i]
                 ends = _ends(np.asarray(seq, dtype=np.int64) if arr is None else arr, gram)
-                # the latest occurrence with a token after it (none after the n-gram just emitted)
-                usable = ends[ends < len(seq)]
-                if usable.size:
-                    end = int(usable[-1])
-                    return Draft(tuple(seq[end:end + k]), self._names[i])
+                # occurrences with a token after them (none after the n-gram just emitted), the
+                # latest first; the one whose match runs furthest back wins (ties: the latest)
+                usable = ends[ends < len(seq)][-self.max_candidates:]
+                for end in usable[::-1].tolist():
+                    run = _run(ctx, seq, end, n)
+                    if found is None or run > found.match:
+                        found = Draft(tuple(seq[end:end + k]), self._names[i], run)
+            if found is not None:
+                return found
         return None

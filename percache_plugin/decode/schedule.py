@@ -1,62 +1,81 @@
-"""How many tokens to draft: grow on acceptance, shrink on rejection, pause after misses.
+"""How many tokens of a proposed draft to verify (none when it would not pay).
 
-Like transformers' ``"heuristic"`` schedule for assistant models (``+2`` when every draft token
-was accepted, ``-1`` otherwise), plus a back-off: after ``patience`` drafts in a row of which
-nothing was accepted, proposing pauses for ``cooldown`` tokens, doubling on each pause, so an
-answer with nothing to copy costs a lookup per token and little else.
+transformers' ``"heuristic"`` schedule for assistant models grows the draft by 2 after a fully
+accepted one and shrinks it by 1 otherwise, whatever a forward costs. Here the choice weighs the
+cost of the verify forward (:class:`~percache_plugin.decode.cost.VerifyCost`, in one-token
+forwards) against the tokens the draft is expected to add: with ``p`` the estimated chance that
+a draft token of this kind stands given the one before did (:mod:`.acceptance`: this answer's
+drafts of the kind, plus the handle's history across answers, plus a prior), a ``k``-token draft
+adds ``p + p^2 + ... + p^k`` tokens on average, so one forward emits ``1 + that`` tokens for
+``cost(k)`` one-token forwards. The schedule picks the ``k`` with the most tokens per unit of
+cost, and proposes nothing unless that beats plain decoding (one token per unit) by ``margin``.
+A kind that keeps being rejected stops being proposed; it comes back when the estimate rises
+again (its history across answers, or a long match of the same source, which is another kind).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .acceptance import AcceptanceHistory, Tally, draft_kind
+from .cost import SMOLLM2_CPU_COST, VerifyCost
+from .lookup import Draft
 
 __all__ = ["DraftSchedule"]
 
 
 @dataclass
 class DraftSchedule:
-    """Draft length state of one request.
+    """Draft length choices of one request.
 
-    :ivar length: tokens to propose next.
+    :ivar cost: the verify cost curve.
+    :ivar history: tallies across answers (read here; merged by the caller after the answer).
+    :ivar max_length: the longest draft verified.
+    :ivar prior_accepted: Beta prior, accepted tokens.
+    :ivar prior_rejected: Beta prior, rejections (3 and 1: a kind never seen starts at p = 0.75,
+        worth 4 observations; chosen on the development meetings of ``percache bench decode``
+        with ``benchmarks/draft_replay.py``, docs/BENCHMARKS.md).
+    :ivar margin: tokens per unit of cost a draft must be expected to beat (1.0: plain decoding).
     """
 
-    length: int = 4
+    cost: VerifyCost = SMOLLM2_CPU_COST
+    history: AcceptanceHistory | None = None
     max_length: int = 16
-    patience: int = 2
-    cooldown: int = 4
-    _misses: int = 0
-    _paused: int = 0
-    _next_cooldown: int = 0
+    prior_accepted: float = 3.0
+    prior_rejected: float = 1.0
+    margin: float = 1.0
+    tallies: dict[str, Tally] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.length <= self.max_length:
-            raise ValueError(f"need 1 <= length <= max_length, got {self.length}, {self.max_length}")
-        if self.patience < 1 or self.cooldown < 0:
-            raise ValueError("patience must be >= 1 and cooldown >= 0")
-        self._next_cooldown = self.cooldown
+        if self.max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {self.max_length}")
+        if not (self.prior_accepted > 0 and self.prior_rejected > 0):
+            raise ValueError("the prior counts must be positive")
+        if not self.margin > 0:
+            raise ValueError(f"margin must be positive, got {self.margin!r}")
 
-    def budget(self) -> int:
-        """Tokens to propose for the next forward (0 while paused)."""
-        return 0 if self._paused > 0 else self.length
+    def p(self, kind: str) -> float:
+        """Estimated chance that a draft token of ``kind`` stands, given the one before did."""
+        mine = self.tallies.get(kind, Tally())
+        past = self.history.get(kind) if self.history is not None else Tally()
+        acc = mine.accepted + past.accepted + self.prior_accepted
+        return acc / (acc + mine.rejected + past.rejected + self.prior_rejected)
 
-    def tick(self, emitted: int) -> None:
-        """``emitted`` tokens came out of a forward (a pause counts down by tokens)."""
-        self._paused = max(0, self._paused - emitted)
+    def length(self, draft: Draft) -> int:
+        """How many of ``draft``'s tokens to verify: the length with the most expected tokens
+        per unit of cost, or 0 when no length beats plain decoding by ``margin``."""
+        p = self.p(draft_kind(draft))
+        best_k, best = 0, self.margin
+        gain, run = 0.0, 1.0
+        for k in range(1, min(len(draft.tokens), self.max_length) + 1):
+            run *= p
+            gain += run
+            rate = (1.0 + gain) / self.cost(k)
+            if rate > best:
+                best_k, best = k, rate
+        return best_k
 
-    def update(self, proposed: int, accepted: int) -> None:
-        """A draft of ``proposed`` tokens was verified; its first ``accepted`` were right."""
-        if proposed <= 0:
-            return
-        if accepted == proposed:
-            self.length = min(self.max_length, self.length + 2)
-        else:
-            self.length = max(1, self.length - 1)
-        if accepted == 0:
-            self._misses += 1
-            if self._misses >= self.patience:
-                self._paused = self._next_cooldown
-                self._next_cooldown *= 2
-                self._misses = 0
-        else:
-            self._misses = 0
-            self._next_cooldown = self.cooldown
+    def update(self, draft: Draft, proposed: int, accepted: int) -> None:
+        """The first ``proposed`` tokens of ``draft`` were verified; the first ``accepted`` stood."""
+        if proposed > 0:
+            self.tallies.setdefault(draft_kind(draft), Tally()).add(proposed, accepted)

@@ -19,6 +19,7 @@ as generate's own loop does): a model that derives positions itself when none ar
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,14 +53,17 @@ class DraftCounts:
     drafted: int = 0
     accepted: int = 0
     new_tokens: int = 0
+    declined: int = 0  # drafts found but not verified: not expected to pay for the forward
+    forward_s: list[tuple[int, float]] = field(default_factory=list)  # (draft tokens fed, seconds) per forward
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
 
-    def record(self, draft: Draft, accepted: int) -> None:
-        self.drafted += len(draft.tokens)
+    def record(self, draft: Draft, proposed: int, accepted: int) -> None:
+        """The first ``proposed`` tokens of ``draft`` were verified; ``accepted`` stood."""
+        self.drafted += proposed
         self.accepted += accepted
         src = draft.source
-        self.drafted_by_source[src] = self.drafted_by_source.get(src, 0) + len(draft.tokens)
+        self.drafted_by_source[src] = self.drafted_by_source.get(src, 0) + proposed
         self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + accepted
 
 
@@ -81,11 +85,12 @@ class DraftedDecoding:
 
     @classmethod
     def from_sources(cls, sources: Sequence[DraftSource], prompt: Sequence[int],
-                     only: Collection[str] | None = None) -> DraftedDecoding:
+                     only: Collection[str] | None = None,
+                     schedule: DraftSchedule | None = None) -> DraftedDecoding:
         """Decoding that drafts from ``sources`` (those named in ``only``, when given) and from
         its own output (unless ``only`` leaves out ``"output"``)."""
         used = [s for s in sources if only is None or s.name in only]
-        return cls(DraftIndex(used, prompt, from_output=only is None or OUTPUT in only))
+        return cls(DraftIndex(used, prompt, from_output=only is None or OUTPUT in only), schedule)
 
     def accept(self, draft: tuple[int, ...], chosen: int, i: int) -> bool:
         """Whether draft token ``i`` stands, given the token greedy decoding chose there."""
@@ -115,9 +120,12 @@ class DraftedDecoding:
             raise ValueError("the cache holds the whole prompt; keep at least one token uncached")
         while not done:
             room = max_length - ids.shape[1] - 1  # draft tokens beyond it could never be kept
-            budget = min(self.schedule.budget(), room) if self.draft_in_prefill or raw else 0
+            budget = min(self.schedule.max_length, room) if self.draft_in_prefill or raw else 0
             draft = self.index.propose(budget) if budget > 0 else None
-            tokens = draft.tokens if draft is not None else ()
+            tokens = draft.tokens[:self.schedule.length(draft)] if draft is not None else ()
+            if draft is not None and not tokens:
+                c.declined += 1
+                draft = None
             feed = pending if not tokens else torch.cat(
                 [pending, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
             extra: dict[str, Any] = {"logits_to_keep": len(tokens) + 1} if keep_arg else {}
@@ -125,7 +133,9 @@ class DraftedDecoding:
                 past = cache.get_seq_length()
                 positions = extend_positions(positions, past + feed.shape[1])
                 extra["position_ids"] = positions[..., past:past + feed.shape[1]]
+            t0 = time.perf_counter()
             out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
+            c.forward_s.append((len(tokens), time.perf_counter() - t0))
             c.forwards += 1
             logits = out.logits[0, -(len(tokens) + 1):].to(dtype=torch.float32)
             accepted = 0
@@ -147,14 +157,15 @@ class DraftedDecoding:
                 accepted += 1
             emitted = accepted + 1 if not done else i + 1
             c.new_tokens += emitted
-            self.schedule.tick(emitted)
             if draft is not None:
-                c.record(draft, accepted)
-                self.schedule.update(len(tokens), accepted)
+                c.record(draft, len(tokens), accepted)
+                self.schedule.update(draft, len(tokens), accepted)
             surplus = cache.get_seq_length() - (ids.shape[1] - 1)
             if surplus > 0:
                 cache.crop(-surplus)  # drop the K/V of rejected draft tokens
             pending = ids[:, -1:]
+        if self.schedule.history is not None:
+            self.schedule.history.merge(self.schedule.tallies)
         if streamer is not None:
             streamer.end()
         if not generation_config.return_dict_in_generate:

@@ -52,15 +52,31 @@ def test_bad_sources_and_sizes_are_refused() -> None:
 
 
 def naive_propose(seqs: list[tuple[str, list[int]]], ctx: list[int], k: int) -> tuple[tuple[int, ...], str] | None:
-    """The documented rule, by brute force: longest n-gram first, then the most recent
-    occurrence (last sequence first, latest position first) with a token after it."""
+    """The documented rule, by brute force: longest n-gram first; of its occurrences with a
+    token after them (the latest 16 per sequence), the one agreeing with the context furthest
+    back (at most 16 tokens); ties: last sequence first, latest position first."""
     for n in range(min(4, len(ctx)), 1, -1):
         gram = ctx[len(ctx) - n:]
+        best, best_run = None, -1
         for name, seq in reversed(seqs):
-            for end in range(len(seq) - 1, n - 1, -1):
-                if seq[end - n:end] == gram:
-                    return tuple(seq[end:end + k]), name
+            ends = [e for e in range(n, len(seq)) if seq[e - n:e] == gram][-16:]
+            for end in reversed(ends):
+                run = n
+                while run < 16 and run < end and run < len(ctx) and seq[end - run - 1] == ctx[-run - 1]:
+                    run += 1
+                if run > best_run:
+                    best, best_run = (tuple(seq[end:end + k]), name), run
+        if best is not None:
+            return best
     return None
+
+
+def test_the_occurrence_agreeing_furthest_back_wins() -> None:
+    src = prompt_source([8, 2, 3, 4, 0, 1, 2, 3, 5])  # (2, 3) twice: after 8 and after 1
+    d = DraftIndex([src], [6, 8, 2, 3]).propose(2)
+    assert d is not None and d.tokens == (4, 0) and d.match == 3  # (8, 2, 3), not the later (1, 2, 3)
+    d = DraftIndex([src], [6, 9, 2, 3]).propose(2)
+    assert d is not None and d.tokens == (5,) and d.match == 2  # a tie: the latest
 
 
 def test_proposals_follow_the_rule_on_random_text() -> None:

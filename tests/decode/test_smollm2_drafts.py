@@ -21,7 +21,7 @@ def test_each_source_gives_plain_greedy_tokens_on_smollm2() -> None:
     near = " ".join(w if i % 4 != 3 else "maybe" for i, w in enumerate(words))  # a near miss
     hints = DraftHints(texts={"qa_bank": [near]}, token_ids={"session": [plain.token_ids[:10]]})
     for only in (("prompt",), ("qa_bank",), ("session",), None):
-        pc.configure(drafting=True, draft_sources=only)
+        pc.configure(drafting=True, draft_sources=only, draft_verify_cost=(1.0,))  # verify every draft
         gen = pc.generate(segments, max_new_tokens=24, do_sample=False, drafts=hints)
         assert gen.token_ids == plain.token_ids, only
         assert gen.stats.tokens_drafted > 0, only

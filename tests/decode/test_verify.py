@@ -13,7 +13,9 @@ from percache_plugin.decode import (
     DraftedDecoding,
     DraftHints,
     DraftIndex,
+    DraftSchedule,
     DraftSource,
+    VerifyCost,
     greedy_reason,
     prompt_source,
 )
@@ -21,6 +23,7 @@ from tests.helpers import SEGMENTS, baseline, tiny_pair
 from tests.models import TINY_FAMILIES
 
 N = 24
+FREE = (1.0,)  # verify forwards priced as one-token forwards: every draft found is verified
 
 
 def _near_miss(ids: list[int]) -> list[int]:
@@ -31,7 +34,7 @@ def _near_miss(ids: list[int]) -> list[int]:
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_each_source_gives_plain_greedy_tokens(family: str) -> None:
     model, tok = tiny_pair(family)
-    pc = percache.enable(model, tok)
+    pc = percache.enable(model, tok, draft_verify_cost=FREE)
     prompt = pc.prompt(SEGMENTS)
     plain, _ = baseline(model, prompt.input_ids, max_new_tokens=N)
     hints = DraftHints(texts={"qa_bank": [tok.decode(_near_miss(plain))]},
@@ -54,7 +57,8 @@ def test_each_source_gives_plain_greedy_tokens(family: str) -> None:
 
 def test_shifted_reuse_keeps_working_with_drafts() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, reuse="shifted", recompute="none", drafting=False)
+    pc = percache.enable(model, tok, reuse="shifted", recompute="none", drafting=False,
+                         draft_verify_cost=FREE)
     pc.generate(SEGMENTS, max_new_tokens=2)
     swapped = [SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[3]]
     plain = pc.generate(swapped, max_new_tokens=N)  # decoded plainly over the shifted chunks
@@ -84,7 +88,7 @@ def test_negative_control_a_wrong_draft_accepted_changes_the_output() -> None:
     x = torch.tensor([ids])
     outs = {}
     for cls in (DraftedDecoding, _AcceptsEverything):
-        loop = cls(DraftIndex([wrong], ids))
+        loop = cls(DraftIndex([wrong], ids), DraftSchedule(cost=VerifyCost(FREE)))
         with torch.inference_mode():
             out = model.generate(x, max_new_tokens=N, do_sample=False, pad_token_id=0, custom_generate=loop)
         outs[cls] = out[0, len(ids):].tolist()
@@ -103,7 +107,7 @@ class _StopAfter(StoppingCriteria):
 
 def test_caller_stopping_criteria_eos_and_limits_are_respected() -> None:
     model, tok = tiny_pair("qwen2")
-    pc = percache.enable(model, tok)
+    pc = percache.enable(model, tok, draft_verify_cost=FREE)
     prompt = pc.prompt(SEGMENTS)
     plain, _ = baseline(model, prompt.input_ids, max_new_tokens=N)
     hints = DraftHints(token_ids={"session": [plain]})
@@ -111,7 +115,9 @@ def test_caller_stopping_criteria_eos_and_limits_are_respected() -> None:
     gen = pc.generate(SEGMENTS, max_new_tokens=N, drafts=hints, stopping_criteria=stop)
     assert gen.token_ids == plain[:5]
     gen = pc.generate(SEGMENTS, max_new_tokens=7, drafts=hints)
-    assert gen.token_ids == plain[:7] and gen.stats.tokens_drafted == gen.stats.tokens_accepted == 5
+    # one forward: the pending token and the 6 draft tokens that can still be kept
+    assert gen.token_ids == plain[:7] and gen.stats.tokens_drafted == gen.stats.tokens_accepted == 6
+    assert gen.stats.decode_forwards == 1
     eos = plain[3]
     gen = pc.generate(SEGMENTS, max_new_tokens=N, drafts=hints, eos_token_id=eos)
     assert gen.token_ids == plain[:plain.index(eos) + 1]
@@ -146,7 +152,8 @@ def test_padding_and_full_cache_are_refused() -> None:
 @pytest.mark.parametrize("eviction", ["exact", "masked"])
 def test_chat_turns_draft_from_earlier_replies_and_equal_plain_decoding(eviction: str) -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, session_kv_tokens=400, session_eviction=eviction)
+    pc = percache.enable(model, tok, session_kv_tokens=400, session_eviction=eviction,
+                         draft_verify_cost=FREE)
     pc.sessions.create("s", system="Be brief.")
     drafted: dict[str, int] = {}
     for i in range(6):
@@ -174,7 +181,7 @@ def test_models_deriving_positions_from_input_ids_get_generates_positions() -> N
         bos_token_id=0, eos_token_id=2)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    pc = percache.enable(model, byte_tokenizer())
+    pc = percache.enable(model, byte_tokenizer(), draft_verify_cost=FREE)
     plain, first = baseline(model, pc.prompt(SEGMENTS).input_ids, max_new_tokens=6)
     for _ in range(2):  # chunks computed and stored, then served from the store
         gen = pc.generate(SEGMENTS, max_new_tokens=6)
@@ -183,4 +190,19 @@ def test_models_deriving_positions_from_input_ids_get_generates_positions() -> N
         assert float((gen.first_logits.float() - first).abs().max()) < 1e-4
         assert gen.token_ids == plain
     assert gen.stats.tokens_reused > 0
+    pc.close()
+
+
+def test_drafts_that_cannot_pay_are_declined() -> None:
+    """Verify forwards priced at 100 one-token forwards: drafts are found but none is verified,
+    and decoding is plain greedy decoding, one forward per token."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, draft_verify_cost=(100.0,))
+    plain, _ = baseline(model, pc.prompt(SEGMENTS).input_ids, max_new_tokens=N)
+    gen = pc.generate(SEGMENTS, max_new_tokens=N, drafts=DraftHints(token_ids={"session": [plain]}))
+    s = gen.stats
+    assert gen.token_ids == plain and s.tokens_drafted == 0 and s.drafts_declined > 0
+    assert s.decode_forwards == len(plain)
+    with pytest.raises(percache.ConfigError, match="draft_verify_cost"):
+        pc.configure(draft_verify_cost=(1.0, -2.0))
     pc.close()
