@@ -140,13 +140,14 @@ def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_n
 
 def _snippets(pc: Any, chunk_ids: Sequence[str], chars: int = 160) -> tuple[str, ...]:
     """The start of each source chunk's text, resolved through the hooks (whichever retrieval
-    plugin knows them); "" for a chunk no plugin knows any more."""
-    texts = []
-    for chunk_id in chunk_ids:
-        found = pc.hooks.resolve_chunks(pc.assistant.ctx, [chunk_id])
-        text = str(found[0].text) if found else ""
-        texts.append(text if len(text) <= chars else text[:chars].rstrip() + "…")
-    return tuple(texts)
+    plugin knows them); "" for a chunk no plugin knows any more. One hook call for all ids;
+    one per id only when that call defers (a plugin does not know one of them)."""
+    ctx = pc.assistant.ctx
+    found = pc.hooks.resolve_chunks(ctx, list(chunk_ids)) if chunk_ids else []
+    if found is None or len(found) != len(chunk_ids):
+        found = [(pc.hooks.resolve_chunks(ctx, [chunk_id]) or [None])[0] for chunk_id in chunk_ids]
+    texts = (str(c.text) if c is not None else "" for c in found)
+    return tuple(t if len(t) <= chars else t[:chars].rstrip() + "…" for t in texts)
 
 
 class _Uncancellable(StoppingCriteria):
