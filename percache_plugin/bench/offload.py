@@ -23,7 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=12, help="decoder layers (all offloaded)")
     p.add_argument("--tokens", type=int, default=4, help="timed decoding steps per arm")
     p.add_argument("--budgets", default="0.25,0.5,0.75", help="cache budgets, shares of the offloaded bytes")
-    p.add_argument("--dir", type=Path, default=None, help="offload folder (default: a temporary one)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="weight dtype of the random model (bfloat16 halves its bytes)")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="offload folder, kept afterwards and reused when it holds the same model "
+                        "(default: a temporary one)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     budgets = [float(b) for b in args.budgets.split(",")]
     with tempfile.TemporaryDirectory(prefix="percache-offload-") as tmp:
         folder = args.dir or Path(tmp)
-        n_params, offloaded = write_offloaded(folder, args.hidden, args.layers)
+        n_params, offloaded = write_offloaded(folder, args.hidden, args.layers, args.dtype)
         bw = measure_bandwidth(folder)
         rows: list[dict[str, Any]] = []
         arms = [(1.0, "llm"), *((b, p) for b in budgets for p in ("lru", "llm"))]
@@ -76,9 +80,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             r.update(predicted_bytes_per_token=read, predicted_stall_s=stall,
                      predicted_tokens_per_s=1 / (compute + stall))
     result = {"parameters": n_params, "offloaded_bytes": offloaded, "bandwidth_bytes_per_s": bw,
-              "hidden": args.hidden, "layers": args.layers, "timed_tokens": args.tokens, "rows": rows}
+              "dtype": args.dtype, "hidden": args.hidden, "layers": args.layers, "timed_tokens": args.tokens, "rows": rows}
     mib = 2**20
-    print(f"random Llama, {n_params / 1e6:.0f}M parameters (fp32), {offloaded / mib:.0f} MiB offloaded; "
+    print(f"random Llama, {n_params / 1e6:.0f}M parameters ({args.dtype}), {offloaded / mib:.0f} MiB offloaded; "
           f"measured read bandwidth {bw / mib:.0f} MiB/s (page cache dropped)")
     print(markdown_table(
         ["budget", "policy", "tokens/s", "predicted tokens/s", "MiB read/token", "predicted MiB/token"],
