@@ -118,10 +118,16 @@ class Config:
         256 * 2**20,
     )
     ram_cache_policy: str = _help(
-        "Replacement policy of the RAM tier: 'llm' (sequential/loop/hot classes, loop pinning), "
-        "'lru', 'lfu', 'lecar', or a name a plugin registers through the "
-        "percache_register_buffer_policies hook.",
+        "Replacement policy of the RAM tier: 'llm' (sequential/loop/hot classes with loop "
+        "pinning, falling back to recency or frequency where those have done better on this "
+        "workload), 'llm-static' (the classes alone), 'lru', 'lfu', 'lecar', or a name a plugin "
+        "registers through the percache_register_buffer_policies hook.",
         "llm",
+    )
+    kv_trace: str | None = _help(
+        "Append a block-level trace of the K/V store's node reads and writes (docs/TRACES.md) "
+        "to this CSV file, for 'percache trace' and 'percache bench buffer --kv-trace'. None: off.",
+        None,
     )
     reuse: Literal["exact", "shifted"] = _help(
         "'exact' reuses K/V only where the cached chunks form an exact prefix of the prompt; "
@@ -377,6 +383,8 @@ class Config:
         # The name is checked by the handle against its registry of buffer-cache policies.
         if not isinstance(self.ram_cache_policy, str) or not self.ram_cache_policy:
             raise ConfigError(f"ram_cache_policy must be a policy name such as 'llm', got {self.ram_cache_policy!r}")
+        if self.kv_trace is not None and (not isinstance(self.kv_trace, str) or not self.kv_trace):
+            raise ConfigError(f"kv_trace must be None or a file path, got {self.kv_trace!r}")
         # The name is checked by the handle against its registry of eviction policies.
         if not isinstance(self.kv_eviction, str) or not self.kv_eviction:
             raise ConfigError(f"kv_eviction must be a policy name such as 'lfu-leaves', got {self.kv_eviction!r}")

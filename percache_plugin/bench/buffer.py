@@ -23,9 +23,12 @@ from ..buffer.trace import Access, Tracer, blocks, read_trace, write_trace
 from ..buffer.workloads import chat_trace, qmsum_like_trace
 from .common import markdown_table, write_json
 
-__all__ = ["add_arguments", "run", "POLICIES", "offload_trace", "recorded_trace", "sweep"]
+__all__ = ["add_arguments", "run", "POLICIES", "OTHERS", "offload_trace", "recorded_trace", "sweep"]
 
-POLICIES = ("lru", "lfu", "lecar", "llm")
+POLICIES = ("lru", "lfu", "lecar", "llm-static", "llm")
+OTHERS = ("lru", "lfu", "lecar")
+"""The policies the LLM-aware one is compared with (``llm-static`` is its own classification
+alone, shown for reference)."""
 SHARES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
@@ -33,9 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-kib", type=int, default=1024, help="block size of the simulation")
     p.add_argument("--out", type=Path, default=Path("bench-buffer"), help="folder for traces and plots")
     p.add_argument("--tokens", type=int, default=6, help="tokens generated in the offload trace")
-    p.add_argument("--kv-trace", type=Path, default=None,
-                   help="also simulate this recorded K/V trace (CSV, docs/TRACES.md), e.g. one "
-                        "written by benchmarks/kv_trace_replay.py from real QMSum questions")
+    p.add_argument("--kv-trace", type=Path, nargs="+", default=None,
+                   help="also simulate these recorded K/V traces (CSV, docs/TRACES.md; each named "
+                        "by its file's stem), e.g. one written by benchmarks/kv_trace_replay.py "
+                        "from real QMSum questions or by benchmarks/e2e_kv_trace.py")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
@@ -82,8 +86,9 @@ def plot(name: str, result: dict[str, Any], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     shares = [r["share"] * 100 for r in result["rows"]]
-    for p, style in zip(POLICIES, ("o-", "s-", "^-", "D-"), strict=True):
-        ax.plot(shares, [r[p] * 100 for r in result["rows"]], style, label=p.upper() if p != "llm" else "LLM-aware", ms=4)
+    labels = {"llm": "LLM-aware", "llm-static": "LLM-aware, no fallback"}
+    for p, style in zip(POLICIES, ("o-", "s-", "^-", "x:", "D-"), strict=True):
+        ax.plot(shares, [r[p] * 100 for r in result["rows"]], style, label=labels.get(p, p.upper()), ms=4)
     ax.set_xlabel("cache size (% of distinct blocks)")
     ax.set_ylabel("hit ratio (%)")
     ax.set_title(name)
@@ -108,8 +113,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t = Tracer()
         fn(t)
         traces[name] = t.accesses
-    if args.kv_trace is not None:
-        traces["kv-replay"] = recorded_trace(args.kv_trace)
+    for path in args.kv_trace or ():
+        traces[path.stem] = recorded_trace(path)
     traces["offload"] = offload_trace(args.tokens)
     result: dict[str, Any] = {"block_bytes": block}
     for name, accesses in traces.items():
@@ -117,7 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         res = sweep(accesses, block)
         result[name] = res
         plot(name, res, args.out / f"{name}.png")
-        best_gap = min(r["llm"] - max(r[p] for p in POLICIES if p != "llm") for r in res["rows"])
+        best_gap = min(r["llm"] - max(r[p] for p in OTHERS) for r in res["rows"])
         over_lru = max(r["llm"] - r["lru"] for r in res["rows"])
         res["llm_minus_best_other_min"] = best_gap
         res["llm_minus_lru_max"] = over_lru

@@ -1,6 +1,7 @@
 """LLM-aware buffer caches: a RAM tier for chunk K/V and for offloaded weights, their replacement
 policies, block-level access traces and the cache-sizing model."""
 
+from .adaptive import AdaptiveLLMPolicy
 from .cache import BufferCache, CacheStats, simulate
 from .llm_aware import LLMAwarePolicy
 from .policies import (
@@ -17,6 +18,6 @@ from .trace import Access, Tracer, read_trace, write_trace
 
 __all__ = [
     "BufferCache", "CacheStats", "simulate", "Policy", "PolicyFactory", "BUILTIN_POLICIES", "LRUPolicy",
-    "LFUPolicy", "LeCaRPolicy", "LLMAwarePolicy", "make_policy", "policy_names", "Access",
+    "LFUPolicy", "LeCaRPolicy", "LLMAwarePolicy", "AdaptiveLLMPolicy", "make_policy", "policy_names", "Access",
     "Tracer", "read_trace", "write_trace",
 ]

@@ -29,7 +29,7 @@ __all__ = ["LLMAwarePolicy"]
 class LLMAwarePolicy:
     """SEQ / LOOP / HOT classification with loop pinning and a reserved hot area."""
 
-    name = "llm"
+    name = "llm-static"
 
     def __init__(self, capacity: int, *, hot_share: float = 0.25, use_declared: bool = True) -> None:
         if capacity < 0:
@@ -50,7 +50,9 @@ class LLMAwarePolicy:
         self._bytes_read = 0
         self._seq: OrderedDict[Hashable, None] = OrderedDict()
         self._hot: OrderedDict[Hashable, None] = OrderedDict()
-        self._loop: set[Hashable] = set()
+        # insertion-ordered (not a set): expired loop blocks go in a fixed order, whatever
+        # the hash seed, so a replay gives the same hit ratio in every process
+        self._loop: dict[Hashable, None] = {}
         self._hot_bytes = 0
         self._pending = "seq"
 
@@ -186,7 +188,7 @@ class LLMAwarePolicy:
             self._hot[key] = None
             self._hot_bytes += self.sizes[key]
         elif cls == "loop":
-            self._loop.add(key)
+            self._loop[key] = None
         else:
             self._seq[key] = None
 
@@ -196,6 +198,6 @@ class LLMAwarePolicy:
             self._hot.pop(key, None)
             self._hot_bytes -= self.sizes[key]
         elif cls == "loop":
-            self._loop.discard(key)
+            self._loop.pop(key, None)
         else:
             self._seq.pop(key, None)

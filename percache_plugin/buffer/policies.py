@@ -5,7 +5,8 @@ counts bytes and asks the policy, on a miss, whether to admit the new entry and 
 evict for it. Policies see entries as opaque hashable keys with a byte size and an access class
 (``"seq"``, ``"loop"``, ``"hot"`` or ``""`` when undeclared); LRU, LFU and LeCaR ignore the class.
 
-:data:`BUILTIN_POLICIES` names the built-in ones (``"lru"``, ``"lfu"``, ``"lecar"``, ``"llm"``);
+:data:`BUILTIN_POLICIES` names the built-in ones (``"lru"``, ``"lfu"``, ``"lecar"``, ``"llm"``: the
+adaptive LLM-aware policy of :mod:`.adaptive`, ``"llm-static"``: its classification alone);
 a plugin adds more, per handle, through the ``percache_register_buffer_policies`` hook (the
 handle's registry is what ``Config.ram_cache_policy`` names). :func:`make_policy` builds one by
 name from such a table.
@@ -20,6 +21,7 @@ from collections.abc import Callable, Hashable, Mapping
 from types import MappingProxyType
 from typing import Protocol
 
+from .adaptive import AdaptiveLLMPolicy
 from .llm_aware import LLMAwarePolicy
 
 __all__ = [
@@ -80,6 +82,10 @@ class LRUPolicy(_Sized):
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
         self._order: OrderedDict[Hashable, None] = OrderedDict()
+
+    def order(self) -> list[Hashable]:
+        """The resident keys, least recently used first."""
+        return list(self._order)
 
     def hit(self, key: Hashable, cls: str) -> None:
         self._order.move_to_end(key)
@@ -200,7 +206,8 @@ PolicyFactory = Callable[[int], Policy]
 
 
 BUILTIN_POLICIES: Mapping[str, PolicyFactory] = MappingProxyType({
-    "llm": LLMAwarePolicy, "lru": LRUPolicy, "lfu": LFUPolicy, "lecar": LeCaRPolicy,
+    "llm": AdaptiveLLMPolicy, "llm-static": LLMAwarePolicy, "lru": LRUPolicy, "lfu": LFUPolicy,
+    "lecar": LeCaRPolicy,
 })
 """The built-in policies by name. A handle's registry (the ``percache_register_buffer_policies``
 hook) starts from these; plugins add more or replace them."""

@@ -41,18 +41,21 @@ class Access:
 
 class Tracer:
     """Collects accesses in memory (``accesses``) and, with ``path``, appends them to a CSV
-    trace. Thread-safe; use as a context manager or call :meth:`close`."""
+    trace (with ``append``, after the rows of an existing trace file, whose times restart at 0).
+    Thread-safe; use as a context manager or call :meth:`close`."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, append: bool = False) -> None:
         self.accesses: list[Access] = []
         self._t0 = time.perf_counter()
         self._lock = threading.Lock()
         self._fh: TextIO | None = None
         self._writer: Any = None
         if path is not None:
-            self._fh = open(path, "w", newline="")  # noqa: SIM115 - closed in close()
+            cont = append and Path(path).is_file() and Path(path).stat().st_size > 0
+            self._fh = open(path, "a" if cont else "w", newline="")  # noqa: SIM115 - closed in close()
             self._writer = csv.writer(self._fh)
-            self._writer.writerow(HEADER)
+            if not cont:
+                self._writer.writerow(HEADER)
 
     def record(self, op: str, file: str, offset: int, size: int, cls: str = "") -> None:
         a = Access(time.perf_counter() - self._t0, op, file, offset, size, cls)

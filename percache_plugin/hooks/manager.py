@@ -47,6 +47,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "percache_plugin.plugins.builtin:ExactPrefixPlanner",
     "percache_plugin.plugins.builtin:StoreBackedKV",
     "percache_plugin.buffer.plugin:RamTierKV",
+    "percache_plugin.buffer.trace_plugin:KVTraceRecorder",
     "percache_plugin.plugins.builtin:ConfiguredRecompute",
     "percache_plugin.plugins.builtin:BuiltinEviction",
     "percache_plugin.plugins.banks:KnowledgeRetrieval",

@@ -86,7 +86,7 @@ def test_a_plugin_registers_a_policy_the_tier_uses(tmp_path: Path) -> None:
     CountingLRU.made.clear()
     pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=1 << 20,
                          ram_cache_policy="counting-lru", plugins=[FifoPolicies()])
-    assert set(pc.engine.registries.buffer_policies) == {"counting-lru", "lecar", "lfu", "llm", "lru"}
+    assert set(pc.engine.registries.buffer_policies) == {"counting-lru", "lecar", "lfu", "llm", "llm-static", "lru"}
     pc.generate(SEGMENTS, **GEN)
     pc.generate(SEGMENTS, **GEN)
     again = pc.generate(SEGMENTS, **GEN)

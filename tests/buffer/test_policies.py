@@ -47,7 +47,7 @@ def test_declared_sequential_blocks_never_evict_others() -> None:
     assert all(b in cache for b in range(3))
 
 
-@pytest.mark.parametrize("name", ["lru", "lfu", "lecar", "llm"])
+@pytest.mark.parametrize("name", ["lru", "lfu", "lecar", "llm", "llm-static"])
 def test_every_policy_stays_within_capacity(name: str) -> None:
     cache: BufferCache[int] = BufferCache(100, name)
     for i in range(2000):
@@ -85,3 +85,21 @@ def test_oversized_entry_is_bypassed() -> None:
     cache: BufferCache[int] = BufferCache(4, "lru")
     assert not cache.offer("big", 1, 5)
     assert cache.stats.bypassed == 1 and cache.used == 0
+
+
+def test_llm_static_replay_does_not_depend_on_the_hash_seed() -> None:
+    # Expired loop blocks were taken from a set: string keys' order (and the hit ratio) changed
+    # with PYTHONHASHSEED between processes.
+    import subprocess
+    import sys
+
+    code = ("from percache_plugin.buffer.trace import Tracer, blocks\n"
+            "from percache_plugin.buffer.workloads import qmsum_like_trace\n"
+            "from percache_plugin.buffer.cache import simulate\n"
+            "t = Tracer(); qmsum_like_trace(t, questions=120)\n"
+            "bl = list(blocks(t.accesses, 1 << 20))\n"
+            "print([simulate(bl, 'llm-static', c << 20).hits for c in (38, 76, 152, 228)])")
+    out = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout
+           for seed in range(6)}
+    assert len(out) == 1, out
