@@ -187,3 +187,23 @@ def test_recall_in_text_mode_drops_a_sessions_region(pair: Any) -> None:
     assert pc.tokenizer.decode(reply.prompt_ids).count("Relevant memories:") == 1
     _check_generate(pc, reply)
     pc.disable()
+
+
+def test_a_superseding_fact_takes_the_superseded_ones_place(pair: Any) -> None:
+    model, tok = pair
+    pc = percache.enable(model, tok, embedder="hash", predict="off", memory_recall=True, memory_threshold=0.0,
+                         memory_recall_mode="splice-exact", session_blocks=False)  # exact: compare with generate
+    old = pc.memory.add("Ana lives in Lisbon", scope="ana", metadata={"subject": "home"}).fact
+    bob = pc.memory.add("Bob repairs old radios", scope="ana").fact
+    pc.chat("Where does Ana live?", memory_scope="ana", max_new_tokens=3)
+    assert {f.fact_id for f in pc.sessions.get("default").memory} == {old.id, bob.id}
+    before = [f.fact_id for f in pc.sessions.get("default").memory]
+    new = pc.memory.add("Ana lives in Porto", scope="ana", metadata={"subject": "home"}).fact
+    pc.configure(memory_threshold=1.0)  # nothing is recalled: the region changes only by the supersede
+    reply = pc.chat("Hello.", memory_scope="ana", max_new_tokens=3)
+    assert reply.stats.fact_ids == []
+    assert [f.fact_id for f in pc.sessions.get("default").memory] == [new.id if i == old.id else i for i in before]
+    text = tok.decode(reply.prompt_ids)
+    assert "Porto" in text and "Lisbon" not in text
+    _check_generate(pc, reply)
+    pc.disable()
