@@ -51,7 +51,7 @@ from .memory_data import (
     sample_questions,
     says_unanswerable,
 )
-from .memory_match import calibrate, f1_matrix, match_matrix
+from .memory_match import attributed, calibrate, f1_matrix, match_matrix
 
 __all__ = ["add_arguments", "run"]
 
@@ -221,8 +221,12 @@ def _quality(pc: PerCache, facts: list[Any], conv: Conversation, dev: list[Conve
     thresholds = calibrate(dev, emb.embed)
     texts, obs = [f.text for f in facts], [o for o, _ in conv.observations]
     cos = emb.embed(texts) @ emb.embed(obs).T if texts and obs else np.zeros((len(texts), len(obs)))
+    f1 = f1_matrix(texts, obs)
+    sources, turns = [_sources(f.metadata) for f in facts], [d for _, d in conv.observations]
     return {"cosine": match_matrix(cos, thresholds["cosine"]),
-            "token_f1": match_matrix(f1_matrix(texts, obs), thresholds["token_f1"]),
+            "token_f1": match_matrix(f1, thresholds["token_f1"]),
+            "cosine_attributed": match_matrix(attributed(cos, sources, turns), thresholds["cosine"]),
+            "token_f1_attributed": match_matrix(attributed(f1, sources, turns), thresholds["token_f1"]),
             "calibration": thresholds}
 
 
@@ -244,7 +248,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         facts = pc.memory.list("facts")
         quality = _quality(pc, facts, conv, dev)
         rows = _evaluate(pc, conv, questions, args)
-        examples = [f"{f.metadata.get('source', '')}: {f.text}" for f in facts[:12]]
+        examples = [f"{f.metadata.get('source', '')}: {f.text}" for f in facts]
         pc.disable()
     table, summary = _table(rows)
     targets = _targets(summary)
@@ -253,7 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"extraction: {extraction}")
     print(f"vs LoCoMo observations: {quality}")
     print(f"targets: {targets}")
-    print("first facts:", *examples, sep="\n  ")
+    print("first facts:", *examples[:12], sep="\n  ")
     print(f"run time (after loading the model): {time.perf_counter() - t_start:.0f} s")
     result = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"}, "extraction": extraction,
               "quality": quality, "targets": targets, "summary": summary, "rows": rows,

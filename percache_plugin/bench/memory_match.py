@@ -3,7 +3,9 @@
 Two match rules, each with a threshold chosen on conversations other than the held-out one:
 
 - ``cosine``: the embeddings' cosine similarity (the memory index's embedder);
-- ``token_f1``: SQuAD-style token F1 of the two texts.
+- ``token_f1``: SQuAD-style token F1 of the two texts;
+- each also *attributed* (:func:`attributed`): only a fact extracted from the observation's own
+  dialogue turn may match it.
 
 Calibration (:func:`calibrate`): on the DEV conversations, each observation is scored against the
 dialogue turn it was written from (a positive pair) and against the other turns of its session
@@ -21,7 +23,7 @@ import numpy as np
 
 from .memory_data import Conversation, answer_f1
 
-__all__ = ["calibrate", "f1_matrix", "match_matrix", "youden_threshold"]
+__all__ = ["attributed", "calibrate", "f1_matrix", "match_matrix", "youden_threshold"]
 
 
 def youden_threshold(pos: Sequence[float], neg: Sequence[float]) -> float:
@@ -51,6 +53,14 @@ def match_matrix(sims: np.ndarray, tau: float) -> dict[str, Any]:
     hit = sims >= tau
     return {"precision": float(hit.any(axis=1).mean()), "recall": float(hit.any(axis=0).mean()),
             "extracted": rows, "reference": cols, "threshold": tau}
+
+
+def attributed(sims: np.ndarray, fact_sources: Sequence[Sequence[str]], obs_turns: Sequence[str]
+               ) -> np.ndarray:
+    """``sims`` where the fact was extracted from the observation's own dialogue turn, -inf
+    elsewhere (the strict rule: a fact about another turn never matches)."""
+    same = np.array([[o in src for o in obs_turns] for src in fact_sources], dtype=bool)
+    return np.where(same.reshape(sims.shape), sims, -np.inf)
 
 
 def calibrate(convs: Sequence[Conversation], embed: Callable[[list[str]], np.ndarray]

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from percache_plugin.bench.memory_data import Conversation
-from percache_plugin.bench.memory_match import calibrate, f1_matrix, match_matrix, youden_threshold
+from percache_plugin.bench.memory_match import (
+    attributed,
+    calibrate,
+    f1_matrix,
+    match_matrix,
+    youden_threshold,
+)
 
 
 def test_youden_threshold_separates_positive_from_negative_pairs() -> None:
@@ -40,3 +46,12 @@ def test_calibrate_scores_each_observation_against_its_own_turn() -> None:
     t = calibrate([conv], embed)
     assert t["pairs"] == {"positive": 2, "negative": 4}
     assert 0.0 < t["token_f1"] <= 0.8 and 0.0 < t["cosine"] <= 0.9
+
+
+def test_attributed_matches_only_facts_of_the_observations_own_turn() -> None:
+    sims = np.array([[0.9, 0.9], [0.9, 0.9]])
+    strict = attributed(sims, [["D1:1"], ["D1:3", "D1:2"]], ["D1:2", "D1:1"])
+    m = match_matrix(strict, 0.5)
+    assert strict[0, 1] == 0.9 and strict[0, 0] == -np.inf and strict[1, 0] == 0.9
+    assert m["precision"] == 1.0 and m["recall"] == 1.0
+    assert match_matrix(attributed(sims, [["D9:9"], []], ["D1:2", "D1:1"]), 0.5)["recall"] == 0.0
