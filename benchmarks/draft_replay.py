@@ -84,7 +84,8 @@ def main() -> None:
     p.add_argument("trace", type=Path)
     p.add_argument("--cost", type=Path, default=None, help="verify_cost.py --json output")
     p.add_argument("--margin", type=float, default=1.0)
-    p.add_argument("--prior", type=float, nargs=2, default=(1.0, 1.0))
+    p.add_argument("--prior", type=float, nargs=2, default=(DraftSchedule.prior_accepted, DraftSchedule.prior_rejected))
+    p.add_argument("--only", default=None, help="comma-separated draft sources (default: every source and the output)")
     p.add_argument("--cap", type=float, default=40.0)
     p.add_argument("--max-length", type=int, default=16)
     p.add_argument("--rows", action="store_true", help="print every answer")
@@ -103,7 +104,7 @@ def main() -> None:
         hist = history.setdefault(row["meeting"], AcceptanceHistory(args.cap))
         sched = DraftSchedule(cost=choose, history=hist, max_length=args.max_length,
                               prior_accepted=args.prior[0], prior_rejected=args.prior[1], margin=args.margin)
-        fed, _ = replay(row, sched, None)
+        fed, _ = replay(row, sched, None if args.only is None else tuple(args.only.split(",")))
         spent = sum(cost(k) for k in fed)
         plain = len(row["trace"]["plain"])
         speed.append(plain / spent)
