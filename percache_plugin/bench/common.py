@@ -8,13 +8,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_QMSUM", "DEFAULT_LOCOMO", "QMSUM_HINT", "THREADS_HELP", "spread", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
+__all__ = ["DEFAULT_QMSUM", "DEFAULT_LOCOMO", "QMSUM_HINT", "THREADS_HELP", "spread", "require_plotting", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
 
 DEFAULT_QMSUM = Path("../shared/data/qmsum")
 DEFAULT_LOCOMO = Path("../shared/data/locomo/locomo_dev5.json")
 QMSUM_HINT = ("the benchmarks replay real meeting transcripts from QMSum "
               "(https://github.com/Yale-LILY/QMSum, its data/ folder with ALL/train|val|test): "
               f"put it at {DEFAULT_QMSUM} (relative to where you run percache) or pass --data PATH")
+
+
+def require_plotting(bench: str) -> None:
+    """Fail at once, before any benchmark work, when matplotlib (the plots) is missing.
+
+    :raises UsageError: naming ``bench`` and the install command.
+    """
+    import importlib.util
+
+    from ..cli_errors import UsageError
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"{bench} draws its plots with matplotlib, which is not installed",
+                         "pip install 'percache-plugin[bench]'")
 
 
 def require_qmsum(data: Path) -> Path:

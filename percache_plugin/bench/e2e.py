@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from ..config import Config
 from ..rag.embeddings import Embedder, load_embedder
-from .common import DEFAULT_QMSUM, markdown_table, require_qmsum
+from .common import DEFAULT_QMSUM, markdown_table, require_plotting, require_qmsum
 from .e2e_methods import (
     REFERENCE_METHOD,
     SMOKE_METHODS,
@@ -71,7 +71,6 @@ from .e2e_users import MemoEmbedder, Question, User, select_users
 from .metrics import rouge_l
 
 __all__ = [
-    "require_plotting",
     "add_arguments",
     "run",
     "run_benchmark",
@@ -314,24 +313,10 @@ def settings_from_args(args: argparse.Namespace) -> E2ESettings:
     )
 
 
-def require_plotting() -> None:
-    """Fail at once, before any benchmark work, when matplotlib (the plots) is missing.
-
-    :raises UsageError: naming the install command.
-    """
-    import importlib.util
-
-    from ..cli_errors import UsageError
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("percache bench e2e draws its plots with matplotlib, which is not "
-                         "installed", "pip install 'percache-plugin[bench]'")
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from ..bundled import load_smollm2
 
-    require_plotting()
+    require_plotting("percache bench e2e")
     if args.replot:
         payload = replot(args.out)
         print(f"redrew {len(payload['plots'])} plots and results.md in {args.out}")
