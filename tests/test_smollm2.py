@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 import percache_plugin as percache
-from percache_plugin.bundled import load_smollm2
 from percache_plugin.demo import SAMPLE_CHUNKS, SYSTEM
 from percache_plugin.demo import paraphrase as paraphrase_of
 from tests.helpers import baseline
@@ -23,11 +22,6 @@ SEGMENTS = [SYSTEM, *SAMPLE_CHUNKS, "Who borrowed the projector?"]
 # newcomer test's 60-s budget holds up to twice that (a quiet CI machine) and is scaled beyond.
 NOMINAL_DECODE_STEP_S = 0.15
 GEN = {"max_new_tokens": 12, "do_sample": False}
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> tuple[Any, Any]:
-    return load_smollm2()
 
 
 def test_cold_warm_and_fresh_process_equal_plain_generate(smollm2: tuple[Any, Any], tmp_path: Path) -> None:

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import percache_plugin as percache
-from percache_plugin.bundled import load_smollm2
 from percache_plugin.decode import DraftHints
 from percache_plugin.demo import SAMPLE_CHUNKS, SYSTEM
 
 pytestmark = pytest.mark.slow
 
 
-def test_each_source_gives_plain_greedy_tokens_on_smollm2() -> None:
-    model, tok = load_smollm2()
+def test_each_source_gives_plain_greedy_tokens_on_smollm2(smollm2: tuple[Any, Any]) -> None:
+    model, tok = smollm2
     pc = percache.enable(model, tok, drafting=False)
     segments = [SYSTEM, *SAMPLE_CHUNKS, "Who borrowed the projector?"]
     plain = pc.generate(segments, max_new_tokens=24, do_sample=False)

@@ -4,11 +4,12 @@ computed once in enable())."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from percache_plugin import enable
-from percache_plugin.bundled import load_smollm2
 from percache_plugin.demo import SAMPLE_CHUNKS, SYSTEM
 
 peft = pytest.importorskip("peft")
@@ -17,8 +18,8 @@ pytestmark = pytest.mark.slow
 SEGMENTS = [SYSTEM, *SAMPLE_CHUNKS, "Who borrowed the projector?"]
 
 
-def test_disable_adapter_on_smollm2_serves_no_stale_kv() -> None:
-    model, tok = load_smollm2()
+def test_disable_adapter_on_smollm2_serves_no_stale_kv(smollm2: tuple[Any, Any]) -> None:
+    model, tok = smollm2
     config = peft.LoraConfig(r=8, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj"],
                              init_lora_weights=False)
     with torch.random.fork_rng(devices=[]):

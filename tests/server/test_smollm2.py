@@ -4,11 +4,12 @@ the same, and cached tokens grow from the second turn."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 import percache_plugin as percache
-from percache_plugin.bundled import load_smollm2
 from tests.server.conftest import client
 
 pytestmark = pytest.mark.slow
@@ -16,11 +17,11 @@ pytestmark = pytest.mark.slow
 SYSTEM = "You are a helpful assistant. Answer briefly."
 
 
-def test_three_turns_equal_plain_generate_and_pc_chat() -> None:
+def test_three_turns_equal_plain_generate_and_pc_chat(smollm2: tuple[Any, Any]) -> None:
     from percache_plugin.server.serve import ServerThread
     from percache_plugin.server.state import ServerSettings
 
-    model, tok = load_smollm2()
+    model, tok = smollm2
     pc = percache.enable(model, tok)
     pc.sessions.create("s", system=SYSTEM)
     messages = [{"role": "system", "content": SYSTEM}]

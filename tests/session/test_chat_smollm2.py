@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import percache_plugin as percache
-from percache_plugin.bundled import load_smollm2
 from tests.helpers import baseline
 
 pytestmark = pytest.mark.slow
@@ -14,8 +15,8 @@ MESSAGES = ["Hi!", "What is the capital of France?", "And of Italy?", "Thanks.",
             "Another one?", "What day comes after Monday?", "Count to three.", "Say hello.", "Bye."]
 
 
-def test_twenty_turns_on_smollm2_equal_generate_over_the_conversation() -> None:
-    model, tok = load_smollm2()
+def test_twenty_turns_on_smollm2_equal_generate_over_the_conversation(smollm2: tuple[Any, Any]) -> None:
+    model, tok = smollm2
     pc = percache.enable(model, tok)
     pc.sessions.create("s", system="You are a helpful assistant. Answer in a few words.")
     messages = []
