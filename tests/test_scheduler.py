@@ -222,10 +222,12 @@ def test_prediction_seed_is_stable_across_processes() -> None:
 
     code = ("from percache_plugin.idle import IdleTask; from percache_plugin.assistant.idle_tasks import round_seed;"
             "print(round_seed(IdleTask(1, 'predict_knowledge', 'round 1', 'u', 0.0), 'abstract'))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for hash_seed in ("1", "2")]  # side by side: each spends its time importing torch
     seeds = set()
-    for hash_seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                             timeout=120, check=True)
-        seeds.add(out.stdout.strip())
-    assert len(seeds) == 1
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        seeds.add(out.strip())
+    assert len(seeds) == 1 and "" not in seeds
