@@ -306,8 +306,8 @@ class Config:
     drafting: bool = _help(
         "Greedy decoding verifies drafts copied from the prompt, the nearest QA-bank answers and "
         "earlier turns (speculative decoding): the tokens are exactly those of plain greedy "
-        "decoding, fewer forwards are run. Sampling (do_sample=True), beam search and calls "
-        "passing token_type_ids always decode plainly (stats.drafting says why). False decodes "
+        "decoding, fewer forwards are run. Sampling (do_sample=True) and beam search always "
+        "decode plainly (stats.drafting says why); token_type_ids are refused. False decodes "
         "plainly always (docs/BENCHMARKS.md, 'Decoding with drafts').",
         True,
     )

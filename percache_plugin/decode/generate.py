@@ -89,8 +89,6 @@ def greedy_reason(model: Any, kwargs: dict[str, Any]) -> str:
             return name
     if kwargs.get("num_return_sequences", cfg.num_return_sequences) not in (None, 1):
         return "num_return_sequences"
-    if kwargs.get("token_type_ids") is not None:  # the drafted loop feeds input_ids only
-        return "token_type_ids"
     return ""
 
 
@@ -104,6 +102,11 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
 
     With ``drafting`` (greedy decoding only, see :func:`greedy_reason`) the decoding loop is
     :class:`~percache_plugin.decode.verify.DraftedDecoding`: the same tokens, fewer forwards."""
+    if kwargs.get("token_type_ids") is not None:
+        # Stored and recycled K/V was computed without token types (GPT-2 adds their embedding
+        # at every position): reusing it for such a call would silently change the output.
+        raise ValueError("token_type_ids cannot be honoured: percache reuses K/V computed without "
+                         "token types; call model.generate directly for such prompts")
     device = dtype_device(model)[1]
     stats.tokens_computed = prompt.n_tokens - served
     ids = torch.tensor([prompt.input_ids], device=device)
