@@ -115,14 +115,17 @@ class SessionStore:
         """Sessions saved under other fingerprints only (a LoRA persona's conversations are
         saved under its adapter's weights), read from their rows: nothing is loaded. One per
         name: the fingerprint with the most turns."""
+        # only the rows of those names: the turns of this fingerprint's own sessions are not read
+        elsewhere = "WHERE name NOT IN (SELECT name FROM chat_sessions WHERE fingerprint = ?)"
+        fp = (self.fingerprint,)
         with self._lock:
-            rows = self.db.execute(
-                "SELECT fingerprint, name, system, head_ids, evicted_turns FROM chat_sessions "
-                "WHERE name NOT IN (SELECT name FROM chat_sessions WHERE fingerprint = ?)",
-                (self.fingerprint,)).fetchall()
-            turns = self.db.execute("SELECT fingerprint, name, user_ids, reply_ids FROM chat_turns").fetchall()
-            spans = self.db.execute("SELECT fingerprint, name, stop, layout FROM chat_kv").fetchall()
-            regions = self.db.execute("SELECT fingerprint, name, header, facts FROM chat_memory").fetchall()
+            rows = self.db.execute("SELECT fingerprint, name, system, head_ids, evicted_turns FROM "
+                                   f"chat_sessions {elsewhere}", fp).fetchall()
+            turns = self.db.execute(f"SELECT fingerprint, name, user_ids, reply_ids FROM chat_turns {elsewhere}",
+                                    fp).fetchall()
+            spans = self.db.execute(f"SELECT fingerprint, name, stop, layout FROM chat_kv {elsewhere}", fp).fetchall()
+            regions = self.db.execute(f"SELECT fingerprint, name, header, facts FROM chat_memory {elsewhere}",
+                                      fp).fetchall()
         region = {(fp, name): (len(json.loads(h)) + sum(len(f[2]) for f in json.loads(fs)) if json.loads(fs) else 0)
                   for fp, name, h, fs in regions}
         n_turns: dict[tuple[str, str], list[int]] = {}
