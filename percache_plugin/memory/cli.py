@@ -4,13 +4,17 @@ without a model.
 Each action is one entry of :data:`ACTIONS` (``name -> (help, run)``), so another action
 joins the group by adding an entry. ``search`` loads the embedder the memory was built with;
 ``list`` and ``forget`` embed nothing. ``forget`` removes the fact from every model
-fingerprint's K/V in the store (nodes that used it as a chunk) and every stored answer built
-on it, then checkpoints the database (see :mod:`percache_plugin.memory.forget`).
+fingerprint's K/V in the store (nodes that used it as a chunk), every stored answer built on
+it, and every saved session's memory region with the session's K/V from the fact's position
+on: its snapshot slices and the prefix blocks holding those positions (found by their chained
+keys, whatever ``prefix_block_tokens`` stored them), then checkpoints the database (see
+:mod:`percache_plugin.memory.forget`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,10 +22,12 @@ import numpy as np
 
 from ..admin.store_admin import StoreAdmin
 from ..cli_errors import UsageError
+from ..kv.blocks import stored_prefix
 from ..kv.store import DB_NAME
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.qa_bank import QABank
 from ..session.persist import SESSIONS_DB, SessionStore
+from ..sqlite_tx import BUSY_TIMEOUT_S
 from ..turnlog.cli import add_export_arguments, export
 from .bank import MemoryBank, UnknownFact
 from .forget import forget_everywhere
@@ -89,16 +95,40 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _drop_from_sessions(root: Path, fingerprints: Sequence[str], fact_id: str) -> int:
+def _session_fingerprints(root: Path) -> list[str]:
+    """The fingerprints of the sessions saved in the store at ``root`` (nothing is created)."""
+    db_path = root / SESSIONS_DB
+    if not db_path.is_file():
+        return []
+    db = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    try:
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'chat_sessions'").fetchone() is None:
+            return []
+        return [str(fp) for (fp,) in db.execute("SELECT DISTINCT fingerprint FROM chat_sessions ORDER BY 1")]
+    finally:
+        db.close()
+
+
+def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[int, int]:
     """Take the fact out of every saved session's memory region (their K/V slices from its
-    position on go; the prefix blocks after it are not found without the model's settings)."""
-    if not fingerprints or not (root / SESSIONS_DB).exists():
-        return 0
+    position on go) and delete the stored nodes holding the session's former ids from that
+    position on (prefix blocks of any size, found from the store alone); returns the sessions
+    changed and the nodes deleted."""
+    fingerprints = _session_fingerprints(root)
+    if not fingerprints:
+        return 0, 0
     store = SessionStore(root, fingerprints[0])
     try:
-        return len(store.drop_fact(fact_id))
+        changed = store.drop_fact(fact_id)
     finally:
         store.close()
+    with_kv = set(admin.fingerprints())
+    removed = 0
+    for fp, _, ids, start in changed:
+        if fp in with_kv:
+            kv = admin.kv_store(fp)
+            removed += sum(kv.delete(key) for key in stored_prefix(kv, ids, start) if kv.contains(key))
+    return len(changed), removed
 
 
 def _forget(args: argparse.Namespace) -> int:
@@ -120,13 +150,13 @@ def _forget(args: argparse.Namespace) -> int:
                     report = forget_everywhere(bank, args.query, stores, drop_answers)
                 except UnknownFact as exc:
                     raise UsageError(str(exc), "see the ids with 'percache memory list STORE'") from exc
-                sessions = _drop_from_sessions(args.store, admin.fingerprints(), args.query)
+                sessions, blocks = _drop_from_sessions(args.store, admin, args.query)
         finally:
             qa.close()
         scrubbed = bank.scrub()
     finally:
         bank.close()
-    print(f"forgot {report.fact_id}: {report.kv_nodes} K/V nodes, {report.answers} stored answers, "
+    print(f"forgot {report.fact_id}: {report.kv_nodes + blocks} K/V nodes, {report.answers} stored answers, "
           f"{sessions} sessions"
           f"{'' if scrubbed else ' (the database is in use elsewhere: its WAL is emptied later)'}")
     return 0
