@@ -345,6 +345,15 @@ class Config:
         "Output is validated the same way either way.", True)
     memory_facts_per_turn: int = _help(
         "Most facts the constrained extraction writes per turn (memory_extract_grammar).", 1)
+    memory_grounding: float = _help(
+        "Least share of an extracted fact's content words (names, nouns, numbers) found in the "
+        "turn(s) it was extracted from (memory/grounding.py); a fact below it is invented, not "
+        "read: dropped and counted (memory.extraction.ungrounded), never stored. 0 switches the "
+        "check off.", 0.5)
+    memory_context_keys: bool = _help(
+        "Index each extracted fact with its source turn text as retrieval context (the fact's "
+        "BM25 text and embedding cover both) while prompts get only the fact. The context is "
+        "kept in the fact's metadata ('context') and removed with it by forget.", True)
     memory_threshold: float = _help(
         "Least cosine similarity between the message and a fact for the fact to be recalled.", 0.35)
     memory_recall_mode: Literal["text", "splice", "splice-exact"] = _help(
@@ -444,6 +453,8 @@ class Config:
         if self.memory_extraction not in ("off", "raw", "model", "both"):
             raise ConfigError("memory_extraction must be 'off', 'raw', 'model' or 'both', got "
                               f"{self.memory_extraction!r}")
+        if not 0.0 <= float(self.memory_grounding) <= 1.0:
+            raise ConfigError(f"memory_grounding must be in [0, 1], got {self.memory_grounding!r}")
         if not -1.0 <= float(self.memory_threshold) <= 1.0:
             raise ConfigError(f"memory_threshold must be in [-1, 1], got {self.memory_threshold!r}")
         self._check_session()

@@ -10,7 +10,11 @@ Written policies:
 - **Duplicates.** A fact whose normalised text (:func:`.text.normalize`) equals an active
   fact of the scope, or whose embedding has cosine >= ``near_duplicate`` with one, is not
   stored again: the existing fact is returned (``AddResult.status``) and its history records
-  the re-add. Adding the same fact twice never deletes or changes it.
+  the re-add. Adding the same fact twice never deletes or changes it. Duplicates compare the
+  facts' own texts, never their retrieval context.
+- **Retrieval keys.** A fact with ``metadata["context"]`` (the turn it was extracted from) is
+  searched by its text followed by that context (BM25 and embedding: contextual retrieval);
+  what a search returns, and what prompts show, is the fact alone.
 - **Conflicts.** A fact with a ``subject`` (``metadata["subject"]``) supersedes the active
   facts of the same scope and normalised subject: they become ``superseded`` (kept, listed by
   :meth:`MemoryBank.list` with ``superseded=True`` and in :meth:`history`, never served).
@@ -33,7 +37,7 @@ from ..rag.chunking import Chunk
 from ..rag.embeddings import Embedder
 from ..rag.index import HybridIndex
 from .rows import Fact, FactRows, HistoryEvent
-from .text import normalize, subject_key
+from .text import CONTEXT, key_text, normalize, subject_key
 
 __all__ = ["AddResult", "FactHit", "MemoryBank", "UnknownFact", "check_metadata", "fact_chunk"]
 
@@ -101,6 +105,7 @@ class MemoryBank:
         self._rows = FactRows(path, embedder.name, embedder.dim)
         self._lock = threading.RLock()
         self._index = HybridIndex(embedder.dim)
+        self._text_vectors: dict[str, np.ndarray] = {}  # of the indexed facts' own text
         self._generation = -1
         self._pending: builtins.list[tuple[Fact, np.ndarray]] = []  # added in the open transaction
 
@@ -114,9 +119,11 @@ class MemoryBank:
             return
         self._index = HybridIndex(self.embedder.dim)
         active = self._rows.active_vectors()
+        self._text_vectors = {i: v for i, (_, v, _) in active.items()}
         if active:
-            chunks = [_chunk(f) for f, _ in active.values()]
-            self._index.add(chunks, np.stack([v for _, v in active.values()]))
+            chunks = [Chunk(f.id, DOC_ID, 0, key_text(f.text, f.metadata), f.scope, f.metadata)
+                      for f, _, _ in active.values()]
+            self._index.add(chunks, np.stack([v if k is None else k for _, v, k in active.values()]))
         self._generation = generation
 
     def _embed(self, text: str) -> np.ndarray:
@@ -136,19 +143,30 @@ class MemoryBank:
         if not checked:
             return []
         vectors = np.asarray(self.embedder.embed([text for text, _, _ in items]), dtype=np.float32)
+        keys = self._keys([(text, meta) for (text, _, _), (_, meta, _) in zip(items, checked, strict=True)])
         with self._lock:
             self._pending = []
             try:
                 with self._rows.tx():
                     self._sync()
-                    return [self._add(text, norm, meta, scope, vector)
-                            for (text, _, _), (norm, meta, scope), vector
-                            in zip(items, checked, vectors, strict=True)]
+                    return [self._add(text, norm, meta, scope, vector, key)
+                            for (text, _, _), (norm, meta, scope), vector, key
+                            in zip(items, checked, vectors, keys, strict=True)]
             finally:
                 self._pending = []
 
+    def _keys(self, items: Sequence[tuple[str, Mapping[str, str]]]) -> builtins.list[np.ndarray | None]:
+        """The vectors of the facts' texts with their retrieval context (None: no context)."""
+        texts = [(i, key_text(text, meta)) for i, (text, meta) in enumerate(items) if meta.get(CONTEXT)]
+        out: builtins.list[np.ndarray | None] = [None] * len(items)
+        if texts:
+            vectors = np.asarray(self.embedder.embed([t for _, t in texts]), dtype=np.float32)
+            for (i, _), vector in zip(texts, vectors, strict=True):
+                out[i] = vector
+        return out
+
     def _add(self, text: str, norm: str, meta: dict[str, str], scope: str | None,
-             vector: np.ndarray) -> AddResult:
+             vector: np.ndarray, key: np.ndarray | None) -> AddResult:
         same = self._rows.with_norm(scope, norm) or self._near(vector, scope)
         if same is not None:
             self._rows.log(same.id, "readded", text, meta)
@@ -158,7 +176,7 @@ class MemoryBank:
         subject = subject_key(meta.get("subject"))
         fact = Fact("m" + uuid.uuid4().hex[:16], text, scope, meta, now, now, subject=subject)
         old = [f.id for f in self._rows.with_subject(scope, subject)] if subject else []
-        self._rows.insert(fact, norm, vector)
+        self._rows.insert(fact, norm, vector, key)
         self._rows.supersede(old, fact.id)
         self._pending.append((fact, vector))
         return AddResult(fact, "added", tuple(old))
@@ -167,7 +185,7 @@ class MemoryBank:
         """An active fact of ``scope`` within ``near_duplicate`` cosine (indexed, or added
         earlier in this transaction)."""
         ids = [c.id for c in self._index.chunks() if c.scope == scope]
-        rows = [self._index.vectors(ids)] if ids else []
+        rows = [np.stack([self._text_vectors[i] for i in ids])] if ids else []
         pending = [(f, v) for f, v in self._pending if f.scope == scope]
         ids += [f.id for f, _ in pending]
         rows += [np.stack([v for _, v in pending])] if pending else []
@@ -224,7 +242,8 @@ class MemoryBank:
             meta_in = fact.metadata if metadata is None else metadata
             norm, meta, _ = _checked(text, fact.scope, meta_in)
             subject = subject_key(meta.get("subject"))
-            self._rows.replace_text(fact, text, norm, meta, subject, self._embed(text))
+            self._rows.replace_text(fact, text, norm, meta, subject, self._embed(text),
+                                    self._keys([(text, meta)])[0])
         return replace(self.get(fact_id), kv_keys=())
 
     def history(self, fact_id: str) -> builtins.list[HistoryEvent]:

@@ -8,7 +8,9 @@ and dropped): with ``Config.memory_extract_grammar`` (the default) once per turn
 the fact grammar (:mod:`.constrained`), each fact attributed to its turn; without it once per
 task with the ``memory_facts`` template, each fact attributed to all the task's turns; ``"raw"`` stores each turn itself as a memory item, the fallback that needs no
 extraction; ``"both"`` does both. Every fact gets ``metadata["source"]``: the
-``session:turn`` ids it came from.
+``session:turn`` ids it came from. A model's fact mostly absent from its source turns is
+dropped and counted (``Config.memory_grounding``, :mod:`.grounding`); a kept one carries its
+source text as retrieval context (``metadata["context"]``, ``Config.memory_context_keys``).
 
 Atomicity: the model runs first (a foreground request preempts it within one decode step:
 ``Preempted`` leaves the task queued and nothing stored); then every fact of the task is
@@ -31,7 +33,8 @@ from ..segments import Segment
 from .bank import MemoryBank
 from .constrained import TurnGrammar, extract_turn
 from .extract import Extracted, ParsedFacts, parse_facts, raw_turn_fact
-from .text import normalize
+from .grounding import grounding
+from .text import CONTEXT, normalize
 
 if TYPE_CHECKING:
     from ..assistant.idle_context import IdleContext
@@ -45,7 +48,8 @@ _SYSTEM = "You extract facts from conversations."
 @dataclass
 class ExtractionStats:
     """Extraction counters of one handle: turns read, model calls, facts stored (new),
-    duplicates found, older facts superseded, malformed output lines dropped, tasks whose
+    duplicates found, older facts superseded, malformed output lines dropped, facts dropped as
+    ungrounded (:mod:`.grounding`: mostly absent from their source turns), tasks whose
     payload was unreadable, raw turns stored, and seconds spent (for facts per minute)."""
 
     turns: int = 0
@@ -54,6 +58,7 @@ class ExtractionStats:
     duplicates: int = 0
     superseded: int = 0
     malformed: int = 0
+    ungrounded: int = 0
     bad_tasks: int = 0
     raw_items: int = 0
     seconds: float = 0.0
@@ -80,17 +85,18 @@ def _turns(task: IdleTask) -> tuple[str, list[tuple[str, str]]] | None:
 
 
 def _model_facts(c: IdleContext, session: str, turns: list[tuple[str, str]], report: IdleReport,
-                 stats: ExtractionStats, grammar: TurnGrammar) -> list[tuple[Extracted, str]]:
-    """The valid facts the model finds in ``turns``, each with its ``source``."""
+                 stats: ExtractionStats, grammar: TurnGrammar) -> list[tuple[Extracted, str, str]]:
+    """The valid, grounded facts the model finds in ``turns``, each with its ``source`` ids
+    and the source text."""
     cfg = c.ctx.config
-    calls: list[tuple[ParsedFacts, str, str]] = []  # (output, template, source)
+    calls: list[tuple[ParsedFacts, str, str, str]] = []  # (output, template, source, its text)
     if cfg.memory_extract_grammar:
         template = load_template("memory_turn_facts", cfg.prompt_dir)
         g = grammar(c.tokenizer)
         for turn_id, text in turns:
             found, gen = extract_turn(c.generate, g, template, text, max_facts=cfg.memory_facts_per_turn,
                                       max_new_tokens=cfg.memory_extract_tokens)
-            calls.append((found, template, f"{session}:{turn_id}"))
+            calls.append((found, template, f"{session}:{turn_id}", text))
             stats.model_calls += 1
             report.prefill_tokens += gen.stats.tokens_computed
             report.decode_tokens += gen.stats.new_tokens
@@ -99,16 +105,19 @@ def _model_facts(c: IdleContext, session: str, turns: list[tuple[str, str]], rep
         text = "\n".join(x for _, x in turns)
         gen = c.generate([Segment(_SYSTEM, "system"), Segment(f"{text}\n\n{template}", "query")],
                          max_new_tokens=cfg.memory_extract_tokens, do_sample=False)
-        calls.append((parse_facts(gen.text), template, ",".join(f"{session}:{t}" for t, _ in turns)))
+        calls.append((parse_facts(gen.text), template, ",".join(f"{session}:{t}" for t, _ in turns), text))
         stats.model_calls += 1
         report.prefill_tokens += gen.stats.tokens_computed
         report.decode_tokens += gen.stats.new_tokens
-    out: list[tuple[Extracted, str]] = []
-    for found, template, source in calls:
+    out: list[tuple[Extracted, str, str]] = []
+    for found, template, source, text in calls:
         # A fact copied from the template (its example) is not about these turns.
         copied = [f for f in found.facts if normalize(f.text) in normalize(template)]
         stats.malformed += found.malformed + len(copied)
-        out += [(f, source) for f in found.facts if f not in copied]
+        kept = [f for f in found.facts if f not in copied]
+        grounded = [f for f in kept if grounding(f.text, text).share >= cfg.memory_grounding]
+        stats.ungrounded += len(kept) - len(grounded)
+        out += [(f, source, text) for f in grounded]
     return out
 
 
@@ -124,8 +133,10 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
     session, turns = parsed
     items: list[tuple[str, str | None, dict[str, str]]] = []
     if mode in ("model", "both"):
-        for fact, source in _model_facts(c, session, turns, report, stats, grammar or TurnGrammar()):
-            items.append((fact.text, task.scope, {**fact.metadata, "source": source}))
+        context = c.ctx.config.memory_context_keys
+        for fact, source, text in _model_facts(c, session, turns, report, stats, grammar or TurnGrammar()):
+            meta = {**fact.metadata, "source": source} | ({CONTEXT: text} if context else {})
+            items.append((fact.text, task.scope, meta))
     if mode in ("raw", "both"):
         for turn_id, text in turns:
             raw = raw_turn_fact(text)

@@ -4,7 +4,7 @@ tombstones of forgotten ones.
 A fact is ``active`` (served) or ``superseded`` (kept for :meth:`FactRows.history`, never
 served). Every change bumps ``generation`` in the same transaction, so an in-memory index can
 tell cheaply whether it must reconcile. :meth:`FactRows.forget` deletes the fact's row and its
-history in one transaction and leaves only its id in ``mem_tombstones``; the connection runs
+history (and the vector of its retrieval key, ``mem_keys``) in one transaction and leaves only its id in ``mem_tombstones``; the connection runs
 with ``secure_delete`` (see :mod:`percache_plugin.sqlite_tx`), so the deleted text is
 overwritten in the database pages, and :meth:`FactRows.scrub` checkpoints the WAL so no old
 frame keeps it either.
@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS mem_history (
     text TEXT NOT NULL, metadata TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS mem_history_fact ON mem_history (fact_id);
 CREATE TABLE IF NOT EXISTS mem_tombstones (id TEXT PRIMARY KEY, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS mem_keys (id TEXT PRIMARY KEY, vector BLOB NOT NULL);
 """)
 
 _COLS = "id, scope, text, subject, metadata, created, updated, status, superseded_by, kv_keys"
@@ -134,11 +135,15 @@ class FactRows(Database):
             params.append(status)
         return [_fact(r) for r in self.db.execute(sql + " ORDER BY seq", params)]
 
-    def active_vectors(self) -> dict[str, tuple[Fact, np.ndarray]]:
-        """Every active fact of every scope with its vector (for the in-memory index)."""
+    def active_vectors(self) -> dict[str, tuple[Fact, np.ndarray, np.ndarray | None]]:
+        """Every active fact of every scope with its text's vector and its key's (None: the
+        fact has no retrieval context), for the in-memory index."""
         out = {}
-        for row in self.db.execute(f"SELECT {_COLS}, vector FROM mem_facts WHERE status = 'active'"):
-            out[row[0]] = (_fact(row[:-1]), np.frombuffer(row[-1], dtype=np.float32).copy())
+        cols = ", ".join(f"f.{c.strip()}" for c in _COLS.split(","))
+        for row in self.db.execute(f"SELECT {cols}, f.vector, k.vector FROM mem_facts f "
+                                   "LEFT JOIN mem_keys k ON k.id = f.id WHERE f.status = 'active'"):
+            key = None if row[-1] is None else np.frombuffer(row[-1], dtype=np.float32).copy()
+            out[row[0]] = (_fact(row[:-2]), np.frombuffer(row[-2], dtype=np.float32).copy(), key)
         return out
 
     def with_norm(self, scope: str | None, norm: str) -> Fact | None:
@@ -170,7 +175,9 @@ class FactRows(Database):
         self.db.execute("UPDATE mem_meta SET value = CAST(value AS INTEGER) + 1 "
                         "WHERE name = 'generation'")
 
-    def insert(self, fact: Fact, norm: str, vector: np.ndarray) -> None:
+    def insert(self, fact: Fact, norm: str, vector: np.ndarray, key: np.ndarray | None = None) -> None:
+        """Store a new fact: ``vector`` embeds its text (near-duplicates), ``key`` its text
+        with its retrieval context (what search ranks; None: the text's vector)."""
         self.db.execute(
             "INSERT INTO mem_facts (id, scope, scope_key, text, norm, subject, metadata, vector, "
             "created, updated, status, superseded_by, kv_keys) "
@@ -178,18 +185,27 @@ class FactRows(Database):
             (fact.id, fact.scope, scope_key(fact.scope), fact.text, norm, fact.subject,
              json.dumps(dict(fact.metadata)), np.asarray(vector, np.float32).tobytes(),
              fact.created, fact.updated, fact.status, fact.superseded_by, json.dumps(list(fact.kv_keys))))
+        self.set_key(fact.id, key)
         self.log(fact.id, "added", fact.text, fact.metadata)
         self.bump()
 
     def replace_text(self, fact: Fact, text: str, norm: str, metadata: Mapping[str, str],
-                     subject: str | None, vector: np.ndarray) -> None:
+                     subject: str | None, vector: np.ndarray, key: np.ndarray | None = None) -> None:
         """Record ``fact``'s current version in its history, then store the new one."""
         self.log(fact.id, "updated", fact.text, fact.metadata)
         self.db.execute("UPDATE mem_facts SET text = ?, norm = ?, metadata = ?, subject = ?, "
                         "vector = ?, updated = ?, kv_keys = '[]' WHERE id = ?",
                         (text, norm, json.dumps(dict(metadata)), subject,
                          np.asarray(vector, np.float32).tobytes(), time.time(), fact.id))
+        self.set_key(fact.id, key)
         self.bump()
+
+    def set_key(self, fact_id: str, key: np.ndarray | None) -> None:
+        """Store (or, with None, remove) the vector of a fact's text with its context."""
+        self.db.execute("DELETE FROM mem_keys WHERE id = ?", (fact_id,))
+        if key is not None:
+            self.db.execute("INSERT INTO mem_keys VALUES (?, ?)",
+                            (fact_id, np.asarray(key, np.float32).tobytes()))
 
     def supersede(self, old_ids: Sequence[str], new_id: str) -> None:
         for old in old_ids:
@@ -212,6 +228,7 @@ class FactRows(Database):
         stay superseded (never served again)."""
         self.db.execute("DELETE FROM mem_facts WHERE id = ?", (fact_id,))
         self.db.execute("DELETE FROM mem_history WHERE fact_id = ?", (fact_id,))
+        self.db.execute("DELETE FROM mem_keys WHERE id = ?", (fact_id,))
         self.db.execute("INSERT OR REPLACE INTO mem_tombstones VALUES (?, ?)", (fact_id, time.time()))
         self.bump()
 

@@ -1,11 +1,15 @@
-"""Text keys of facts: the normalised form used for exact de-duplication and subjects."""
+"""Text keys of facts: the normalised form used for exact de-duplication and subjects, and the
+text a fact is indexed under."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 
-__all__ = ["normalize", "subject_key"]
+__all__ = ["CONTEXT", "key_text", "normalize", "subject_key"]
+
+CONTEXT = "context"  # metadata key: the text a fact is indexed with besides its own
 
 _WORD = re.compile(r"\w+")
 
@@ -23,3 +27,10 @@ def subject_key(subject: str | None) -> str | None:
         return None
     key = normalize(subject)
     return key or None
+
+
+def key_text(text: str, metadata: Mapping[str, str]) -> str:
+    """What a fact is indexed under: its text, followed by its retrieval context (the turn it
+    was extracted from, ``metadata["context"]``) when it has one."""
+    context = metadata.get(CONTEXT, "")
+    return f"{text}\n{context}" if context else text

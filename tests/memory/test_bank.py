@@ -110,3 +110,26 @@ def test_reopening_with_another_embedder_is_refused(tmp_path: Path) -> None:
     MemoryBank(tmp_path / "db.sqlite3", HashEmbedder()).add("a fact")
     with pytest.raises(ValueError, match="embedder 'hash:256', not 'hash:64'"):
         MemoryBank(tmp_path / "db.sqlite3", HashEmbedder(64))
+
+
+def test_a_fact_is_searched_by_its_source_turn_but_served_alone(tmp_path: Path) -> None:
+    bank = MemoryBank(tmp_path / "percache.sqlite3", HashEmbedder(), near_duplicate=0.8)
+    turn = "Ana: yesterday at the harbour I finally bought the blue kayak"
+    fact = bank.add("Ana owns a kayak", scope="ana", metadata={"context": turn}).fact
+    plain = bank.add("Ana owns a kayak", scope="plain").fact
+    # "harbour" is only in the context: found through it, and what is served is the fact.
+    (hit,) = bank.search("harbour", scope="ana", k=3)
+    assert hit.fact.id == fact.id and hit.fact.text == "Ana owns a kayak"
+    assert all(h.fact.id != plain.id for h in bank.search("harbour", scope="plain", k=3)
+               if h.similarity > 0)
+    # Duplicates compare the facts' own texts: another fact of the same turn is kept.
+    other = bank.add("Ana shops at the harbour", scope="ana", metadata={"context": turn})
+    assert other.status == "added"
+    # Reopened, the key is read back; an update without context drops it.
+    again = MemoryBank(tmp_path / "percache.sqlite3", HashEmbedder(), near_duplicate=0.8)
+    assert again.search("yesterday finally bought", scope="ana", k=1)[0].fact.id in (fact.id, other.fact.id)
+    again.update(fact.id, "Ana owns a red kayak", metadata={})
+    assert fact.id not in [h.fact.id for h in again.search("yesterday finally", scope="ana", k=5)
+                           if h.similarity > 0.3]
+    again.close()
+    bank.close()

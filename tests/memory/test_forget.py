@@ -3,6 +3,7 @@ built on it is no longer served."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,21 @@ def test_forget_takes_a_spliced_fact_out_of_live_and_saved_sessions(tmp_path: Pa
     assert SECRET not in tok.decode(reply.prompt_ids)
     assert _files_holding(tmp_path, needles + [b"4417 quartz"]) == []
     pc.close()
+
+
+def test_forget_removes_the_facts_retrieval_key_text_and_vector(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off")
+    turn = "Quillon: my vault combination is 8812 obsidian, keep it safe"
+    fact = pc.memory.add("Quillon has a vault", scope="me", metadata={"context": turn}).fact
+    keep = pc.memory.add("Quillon likes tea", scope="me", metadata={"context": "Quillon: tea please"}).fact
+    needles = [b"8812 obsidian", b"quillon has a vault"]
+    assert _files_holding(tmp_path, needles), "the test must see the key text before forgetting"
+    assert pc.memory.search("vault combination obsidian", scope="me", k=1)[0].fact.id == fact.id
+    pc.memory.forget(fact.id)
+    assert _files_holding(tmp_path, needles) == []
+    con = sqlite3.connect(tmp_path / "percache.sqlite3")
+    assert con.execute("SELECT id FROM mem_keys").fetchall() == [(keep.id,)]
+    con.close()
+    pc.disable()
+    assert _files_holding(tmp_path, needles) == []

@@ -3,6 +3,7 @@ a foreground request, and never half-written by a kill -9."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -98,7 +99,9 @@ def test_constrained_extraction_calls_the_model_once_per_turn_and_attributes_eac
                     '[2, "[1 May] Ben: I play the cello."]]}', "ana", 0)
     c = _Ctx('{"summary": "Ana lives in Lisbon."}\n', grammar=True)
     run_extraction(c, task, IdleReport(), bank, stats, "model")  # type: ignore[arg-type]
-    assert stats.model_calls == 2 and stats.facts_added == 1 and stats.duplicates == 1
+    # The same output for Ben's turn is not in that turn: dropped as ungrounded, never stored.
+    assert stats.model_calls == 2 and stats.facts_added == 1 and stats.ungrounded == 1
+    assert stats.duplicates == 0
     assert "Ana: I live in Lisbon." in c.prompts[0][-1].text and "about Ana," in c.prompts[0][-1].text
     assert "about Ben," in c.prompts[1][-1].text
     assert [p.lead for kw in c.kwargs for p in kw["logits_processor"]] == [
@@ -208,3 +211,26 @@ def test_kill_9_during_extraction_leaves_no_half_written_fact(tmp_path: Path) ->
     assert sorted(f.text for f in pc.memory.list("ana")) == [
         "Ana adopted a cat named Miso", "Ben plays the cello on Sundays"]
     pc.disable()
+
+
+def test_a_fact_invented_by_the_model_is_dropped_and_counted_and_a_kept_one_carries_its_turn() -> None:
+    bank = MemoryBank(None, HashEmbedder())
+    stats = ExtractionStats()
+    turn = "Ana: I adopted two kittens from the Porto shelter."
+    out = ('{"summary": "Ana adopted kittens from a shelter in Porto"}\n'
+           '{"summary": "Ana works as a surgeon at Lisbon hospital"}\n')  # not in the turn
+    task = IdleTask(1, "memory_extract", json.dumps({"session": "s", "turns": [[4, turn]]}), "ana", 0)
+    run_extraction(_Ctx(out), task, IdleReport(), bank, stats, "model")  # type: ignore[arg-type]
+    assert stats.ungrounded == 1 and stats.facts_added == 1 and stats.malformed == 0
+    (fact,) = bank.list("ana")
+    assert fact.text == "Ana adopted kittens from a shelter in Porto"
+    assert fact.metadata["context"] == turn and fact.metadata["source"] == "s:4"
+    assert [f.text for f in bank.list("ana") if "surgeon" in f.text] == []
+    # Switched off, the invented fact is stored; without context keys no context is kept.
+    off, stats2 = MemoryBank(None, HashEmbedder()), ExtractionStats()
+    c = _Ctx(out)
+    c.ctx.config = percache.Config(embedder="hash", memory_extract_grammar=False, memory_grounding=0.0,
+                                   memory_context_keys=False)
+    run_extraction(c, task, IdleReport(), off, stats2, "model")  # type: ignore[arg-type]
+    assert stats2.ungrounded == 0 and len(off.list("ana")) == 2
+    assert all("context" not in f.metadata for f in off.list("ana"))
