@@ -1,19 +1,25 @@
 """``percache bench memory``: personal memory on LoCoMo (SmolLM2-135M).
 
-One conversation (``--sample``, default 4: kept aside; the settings were chosen on sample 0)
-is replayed session by session: each session's dialogue turns are queued for idle-time
-extraction, and an idle phase (``pc.idle()``) runs between sessions, once with
+One conversation (``--sample``, default 4: kept aside; the settings were chosen on samples
+0-3) is replayed session by session (:mod:`.memory_replay`): the session's first speaker talks
+through ``pc.chat`` with memory recall on (``--chat-new`` tokens per reply; the recall path is
+timed), then the session's dialogue turns (both speakers', LoCoMo's own) are queued for
+idle-time extraction, and an idle phase (``pc.idle()``) runs, once with
 ``memory_extraction="raw"`` (each turn a memory item) and once with ``"model"`` (constrained
 extraction, one call per turn, ``--batch`` turns per idle task; ``--free`` for the unconstrained
-``memory_facts`` template instead). The dataset holds both speakers' turns, so they are
-replayed as turns: no reply is generated through ``pc.chat``. Then a stratified, seeded sample
-of the questions whose evidence lies in the replayed sessions is answered by these methods:
+``memory_facts`` template instead; facts not grounded in their turn are dropped,
+``--grounding``). Then a stratified, seeded sample of the questions whose evidence lies in the
+replayed sessions is answered by these methods:
 
 - ``full``: the whole replayed transcript (truncated to the model's window), as one chunk
   (its K/V is computed once and reused exactly by the later questions);
 - ``window``: the last turns that fit ``--window`` tokens;
-- ``raw``, ``facts``, ``facts+raw``: the ``--k`` best memory items of that kind (a fact is shown
-  with the date of the session it came from; a raw turn carries it already);
+- ``raw``, ``facts``: the ``--k`` best memory items of that kind (a fact is shown with the date
+  of the session it came from; a raw turn carries it already); facts are indexed with their
+  source turn as retrieval context (``Config.memory_context_keys``);
+- ``facts, text keys``: the same facts indexed by their own text only;
+- ``facts+raw``: facts and raw turns in one ranking, a fact and its own source turn taking one
+  slot of the ``k`` (:func:`percache_plugin.memory.fusion.one_slot_per_source`);
 - ``facts=raw tokens``: the best facts while their tokens fit the raw-turn context's tokens of
   the same question (recall at equal prompt tokens).
 
@@ -21,7 +27,9 @@ Reported per category: evidence recall@k (a retrieved item's sources are the dia
 came from), answer token F1 (categories 1-4), the share of adversarial questions (category 5)
 answered as unanswerable, prompt tokens and latency per answer; extraction quality against
 LoCoMo's ``observation`` facts (:mod:`.memory_match`: cosine and token-F1 rules, thresholds
-chosen on the other four conversations) and facts per minute of idle time.
+chosen on the other four conversations; also for the facts each grounding threshold of
+:data:`GROUNDING_SWEEP` keeps, so a run with ``--grounding 0`` measures the check) and facts per
+minute of idle time. ``--per-category 0`` stops after extraction.
 """
 
 from __future__ import annotations
@@ -37,8 +45,10 @@ import numpy as np
 import torch
 
 from ..bundled import load_smollm2
+from ..config import Config
 from ..handle import PerCache, enable
-from ..memory.idle import queue_turns
+from ..memory.fusion import one_slot_per_source
+from ..memory.grounding import grounding
 from ..segments import Segment
 from .common import DEFAULT_LOCOMO, THREADS_HELP, markdown_table, median, write_json
 from .memory_data import (
@@ -52,10 +62,12 @@ from .memory_data import (
     says_unanswerable,
 )
 from .memory_match import attributed, calibrate, f1_matrix, match_matrix
+from .memory_replay import replay
 
 __all__ = ["add_arguments", "run"]
 
-METHODS = ("full", "window", "raw", "facts", "facts+raw", "facts=raw tokens")
+METHODS = ("full", "window", "raw", "facts", "facts, text keys", "facts+raw", "facts=raw tokens")
+GROUNDING_SWEEP = (0.0, 0.25, 0.5, 0.75)
 SYSTEM = (f"Answer the question about the conversation in a few words. If the conversation "
           f"does not say, answer '{UNANSWERABLE}'.")
 
@@ -72,36 +84,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", type=int, default=5, help="memory items per answer (recall@k)")
     p.add_argument("--max-new", type=int, default=16, help="tokens decoded per answer")
     p.add_argument("--free", action="store_true", help="unconstrained extraction (memory_facts template)")
+    p.add_argument("--grounding", type=float, default=Config().memory_grounding,
+                   help="Config.memory_grounding (0: keep invented facts; the quality table then "
+                        "shows every threshold of the sweep)")
+    p.add_argument("--chat-new", type=int, default=8,
+                   help="tokens each replayed message's reply decodes through pc.chat (0: no chat)")
+    p.add_argument("--no-answer", action="store_true",
+                   help="retrieval only: recall@k and context tokens, no answer generated (for dev runs)")
     p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--json", type=Path, default=None)
-
-
-def _replay(pc: PerCache, conv: Conversation, batch: int) -> dict[str, Any]:
-    """Queue each session's turns and run an idle phase after it; returns the extraction figures."""
-    model_s = 0.0
-    for date, turns in conv.sessions:
-        dated = [(d, f"[{date}] {text}") for d, text in turns]
-        pc.configure(memory_extraction="raw")
-        queue_turns(pc.idle_queue, "c", dated, "raw")
-        pc.idle()
-        pc.configure(memory_extraction="model")
-        for i in range(0, len(turns), batch):  # undated: a fact's date is its session's
-            queue_turns(pc.idle_queue, "c", turns[i:i + batch], "facts")
-        t0 = time.perf_counter()
-        pc.idle()
-        model_s += time.perf_counter() - t0
-        print(f"  session {date}: {len(turns)} turns, {len(pc.memory.list('facts'))} facts so far",
-              flush=True)
-    for scope in ("raw", "facts"):
-        for fact in pc.memory.list(scope):
-            pc.memory.add(fact.text, "both", fact.metadata)
-    stats = pc.memory.extraction
-    facts = len(pc.memory.list("facts"))
-    return {"turns": sum(len(t) for _, t in conv.sessions), "model_calls": stats.model_calls,
-            "facts": facts, "malformed_lines": stats.malformed, "duplicates": stats.duplicates,
-            "superseded": stats.superseded, "idle_s_model": model_s,
-            "facts_per_minute": facts / (model_s / 60) if model_s else 0.0,
-            "raw_items": len(pc.memory.list("raw")), "both_items": len(pc.memory.list("both"))}
 
 
 def _sources(metadata: Any) -> list[str]:
@@ -120,7 +111,10 @@ def _memory(pc: PerCache, conv: Conversation, scope: str, question: str, k: int,
     texts: list[str] = []
     sources: list[list[str]] = []
     used = 0
-    for h in pc.memory.search(question, scope, k if budget is None else 4 * k):
+    hits = pc.memory.search(question, scope, k if budget is None and scope != "both" else 4 * k)
+    if scope == "both":  # a fact and its own source turn take one slot
+        hits = one_slot_per_source(hits, k).hits
+    for h in hits:
         src = _sources(h.fact.metadata)
         raw = h.fact.metadata.get("kind") == "raw"
         text = h.fact.text if raw or not src else f"[{dates.get(src[0], '')}] {h.fact.text}"
@@ -136,8 +130,9 @@ def _memory(pc: PerCache, conv: Conversation, scope: str, question: str, k: int,
 def _context(pc: PerCache, conv: Conversation, method: str, question: str, k: int,
              window: int, raw_tokens: int) -> tuple[list[str], list[list[str]]]:
     """The context texts of one method and the dialogue ids each came from."""
-    if method in ("raw", "facts", "facts+raw", "facts=raw tokens"):
-        scope = {"raw": "raw", "facts": "facts", "facts+raw": "both", "facts=raw tokens": "facts"}[method]
+    if method not in ("full", "window"):
+        scope = {"raw": "raw", "facts": "facts", "facts, text keys": "facts_text_keys", "facts+raw": "both",
+                 "facts=raw tokens": "facts"}[method]
         return _memory(pc, conv, scope, question, k, raw_tokens if method == "facts=raw tokens" else None)
     turns = [(d, f"[{date}] {text}") for date, ts in conv.sessions for d, text in ts]
     budget = window if method == "window" else 8192 - 256  # SmolLM2's window less the question
@@ -168,7 +163,10 @@ def _evaluate(pc: PerCache, conv: Conversation, questions: list[QAItem], args: a
         raw_tokens = sum(_tokens(pc, t) for t in raw_texts)
         for method in METHODS:
             texts, sources = _context(pc, conv, method, q.question, args.k, args.window, raw_tokens)
-            answer, tokens, latency = _answer(pc, texts, q.question, args.max_new)
+            if args.no_answer:  # context tokens only (SYSTEM and the question left out)
+                answer, tokens, latency = "", sum(_tokens(pc, t) for t in texts), 0.0
+            else:
+                answer, tokens, latency = _answer(pc, texts, q.question, args.max_new)
             rows.append({"method": method, "category": q.category, "question": q.question,
                          "gold": q.answer, "answer": answer, "prompt_tokens": tokens,
                          "latency_s": latency, "recall": evidence_recall(q.evidence, sources),
@@ -207,7 +205,7 @@ def _targets(summary: dict[str, Any]) -> dict[str, Any]:
                                            for m in METHODS if m not in ("full", "window")}}
     raw = summary["raw/all"]["recall"]
     out["recall_vs_raw"] = {m: summary[f"{m}/all"]["recall"] - raw
-                            for m in ("facts", "facts+raw", "facts=raw tokens")}
+                            for m in ("facts", "facts, text keys", "facts+raw", "facts=raw tokens")}
     if "full/5" in summary:
         out["unanswerable_vs_full"] = {m: summary[f"{m}/5"]["unanswerable"] - summary["full/5"]["unanswerable"]
                                        for m in METHODS if m != "full"}
@@ -223,11 +221,21 @@ def _quality(pc: PerCache, facts: list[Any], conv: Conversation, dev: list[Conve
     cos = emb.embed(texts) @ emb.embed(obs).T if texts and obs else np.zeros((len(texts), len(obs)))
     f1 = f1_matrix(texts, obs)
     sources, turns = [_sources(f.metadata) for f in facts], [d for _, d in conv.observations]
+    said = {d: text for _, ts in conv.sessions for d, text in ts}
+    share = np.array([grounding(f.text, " ".join(said.get(s, "") for s in src)).share
+                      for f, src in zip(facts, sources, strict=True)])
+    cos_a, f1_a = attributed(cos, sources, turns), attributed(f1, sources, turns)
+    sweep = {}
+    for t in GROUNDING_SWEEP:  # the facts a grounding threshold t would have kept
+        keep = share >= t
+        sweep[str(t)] = {"facts": int(keep.sum()),
+                         "cosine_attributed": match_matrix(cos_a[keep], thresholds["cosine"]),
+                         "token_f1_attributed": match_matrix(f1_a[keep], thresholds["token_f1"])}
     return {"cosine": match_matrix(cos, thresholds["cosine"]),
             "token_f1": match_matrix(f1, thresholds["token_f1"]),
-            "cosine_attributed": match_matrix(attributed(cos, sources, turns), thresholds["cosine"]),
-            "token_f1_attributed": match_matrix(attributed(f1, sources, turns), thresholds["token_f1"]),
-            "calibration": thresholds}
+            "cosine_attributed": match_matrix(cos_a, thresholds["cosine"]),
+            "token_f1_attributed": match_matrix(f1_a, thresholds["token_f1"]),
+            "grounding_sweep": sweep, "calibration": thresholds}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -243,17 +251,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="percache-bench-memory-") as store:
         pc = enable(model, tok, store=store, predict="off", use_qa_bank=False,
                     memory_extract_tokens=args.extract_tokens, prediction_quiet_s=0.0,
-                    memory_extract_grammar=not args.free)
-        extraction = _replay(pc, conv, args.batch)
+                    memory_extract_grammar=not args.free, memory_grounding=args.grounding)
+        extraction = replay(pc, conv, args.batch, args.chat_new)
         facts = pc.memory.list("facts")
         quality = _quality(pc, facts, conv, dev)
-        rows = _evaluate(pc, conv, questions, args)
+        rows = _evaluate(pc, conv, questions, args) if questions else []
         examples = [f"{f.metadata.get('source', '')}: {f.text}" for f in facts]
         pc.disable()
     table, summary = _table(rows)
-    targets = _targets(summary)
-    print(markdown_table(["method", "category", "n", f"recall@{args.k}", "F1", "unanswerable (cat 5)",
-                          "prompt tokens", "latency s (median)"], table))
+    targets = _targets(summary) if rows else {}
+    if rows:
+        print(markdown_table(["method", "category", "n", f"recall@{args.k}", "F1", "unanswerable (cat 5)",
+                              "prompt tokens", "latency s (median)"], table))
     print(f"extraction: {extraction}")
     print(f"vs LoCoMo observations: {quality}")
     print(f"targets: {targets}")
