@@ -7,20 +7,24 @@ each keeps its own invariants (atomic files, transactions, counters).
 Reading works on a store in use. Changes (:meth:`StoreAdmin.remove_document`,
 :meth:`StoreAdmin.purge`, :meth:`StoreAdmin.clear`) are refused while another process or
 handle has the store open (it holds a shared lock on ``kv/.lock`` from ``enable()`` to
-``close()``): a running handle keeps K/V and banks in memory and works on what it read.
+``close()``): a running handle keeps K/V and banks in memory and works on what it read. A
+change holds that lock exclusively from its check to its end, so an ``enable()`` (or any K/V
+store) opening meanwhile waits, before it reads anything, until the change is complete.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 import numpy as np
 
+from ..filemodes import private_dir
 from ..kv.integrity import DirectoryLock
 from ..kv.store import DB_NAME, KVStore, stored_fingerprints
 from ..personas.heads import HEADS_DIR as _PERSONA_HEADS
@@ -35,6 +39,7 @@ __all__ = ["StoreAdmin", "StoreInfo", "DocumentInfo", "FingerprintInfo", "Remove
 
 _KNOWLEDGE = "knowledge"
 _KNOWLEDGE_META = "knowledge.json"
+_LOCK_FILES = (".lock", ".write.lock")  # kv/: kept by clear() (see integrity.DirectoryLock, WriteLock)
 
 
 class StoreInUseError(RuntimeError):
@@ -153,6 +158,7 @@ class StoreAdmin:
         self._knowledge: KnowledgeBank | None = None
         self._qa: QABank | None = None
         self._kv: dict[str, KVStore] = {}
+        self._changing = False  # this admin holds kv/.lock exclusively (see _exclusive)
 
     # -- opening the parts ---------------------------------------------------------------
     def _stored_embedder(self) -> _StoredEmbedder | None:
@@ -179,7 +185,8 @@ class StoreAdmin:
     def kv_store(self, fingerprint: str) -> KVStore:
         """The K/V store of one fingerprint."""
         if fingerprint not in self._kv:
-            self._kv[fingerprint] = KVStore(self.path, fingerprint=fingerprint, verify=False)
+            self._kv[fingerprint] = KVStore(self.path, fingerprint=fingerprint, verify=False,
+                                            shared_lock=not self._changing)
         return self._kv[fingerprint]
 
     def fingerprints(self) -> list[str]:
@@ -238,13 +245,13 @@ class StoreAdmin:
 
         :raises KeyError: when no chunk belongs to ``doc_id``.
         """
-        self._refuse_if_open("remove a document from")
-        chunks = [c for c in self.chunks() if c.doc_id == doc_id and (scope is None or c.scope == scope)]
-        if not chunks:
-            known = sorted({c.doc_id for c in self.chunks()})
-            raise KeyError(f"no document {doc_id!r} in {self.path} (documents: {known[:10]})")
-        ids = {c.id for c in chunks}
-        return self._remove_chunks(ids, documents=len({(c.doc_id, c.scope) for c in chunks}))
+        with self._exclusive("remove a document from"):
+            chunks = [c for c in self.chunks() if c.doc_id == doc_id and (scope is None or c.scope == scope)]
+            if not chunks:
+                known = sorted({c.doc_id for c in self.chunks()})
+                raise KeyError(f"no document {doc_id!r} in {self.path} (documents: {known[:10]})")
+            ids = {c.id for c in chunks}
+            return self._remove_chunks(ids, documents=len({(c.doc_id, c.scope) for c in chunks}))
 
     def _remove_chunks(self, ids: set[str], *, documents: int) -> RemoveReport:
         qa = [e.id for e in self.qa_bank.entries() if ids.intersection(e.sources)]
@@ -263,7 +270,10 @@ class StoreAdmin:
     def purge(self, keep: str | None = None) -> int:
         """Remove the K/V of every fingerprint but ``keep`` (None: the fingerprint that wrote
         most recently); returns the number of nodes removed."""
-        self._refuse_if_open("purge")
+        with self._exclusive("purge"):
+            return self._purge(keep)
+
+    def _purge(self, keep: str | None) -> int:
         fps = self.fingerprints()
         if not fps:
             return 0
@@ -284,26 +294,39 @@ class StoreAdmin:
 
     def clear(self) -> None:
         """Delete everything in the store (K/V of every model, documents, QA bank, idle queue,
-        prediction state). Refuses when another process has the store open."""
-        self._refuse_if_open("clear")
-        for child in self.path.iterdir():
-            if child.is_dir() and child.name in ("kv", _KNOWLEDGE, _SESSIONS, _PERSONA_HEADS):
-                shutil.rmtree(child)
-            elif child.name.startswith((DB_NAME, _SESSIONS_DB)):
-                child.unlink()
+        prediction state), all but the two empty lock files in ``kv/``, which a store opening
+        meanwhile already holds. Refuses when another process has the store open."""
+        with self._exclusive("clear"):
+            for child in self.path.iterdir():
+                if child.is_dir() and child.name == "kv":
+                    for part in child.iterdir():
+                        if part.is_dir():
+                            shutil.rmtree(part)
+                        elif part.name not in _LOCK_FILES:
+                            part.unlink()
+                elif child.is_dir() and child.name in (_KNOWLEDGE, _SESSIONS, _PERSONA_HEADS):
+                    shutil.rmtree(child)
+                elif child.name.startswith((DB_NAME, _SESSIONS_DB)):
+                    child.unlink()
 
-    def _refuse_if_open(self, action: str) -> None:
-        """:raises StoreInUseError: another process or handle has the store open."""
+    @contextmanager
+    def _exclusive(self, action: str) -> Iterator[None]:
+        """Hold ``kv/.lock`` exclusively for a change: stores opening meanwhile wait for its end.
+
+        :raises StoreInUseError: another process or handle has the store open."""
         self.close()  # this admin's own K/V stores hold the shared lock too
-        kv_root = self.path / "kv"
-        if not kv_root.is_dir():
-            return
-        lock = DirectoryLock(kv_root)
+        lock = DirectoryLock(private_dir(self.path / "kv"))
         try:
             if not lock.exclusive:
                 raise StoreInUseError(
                     f"cannot {action} store {str(self.path)!r}: it is open in another process or "
                     "handle; close it (pc.close()) and retry")
+            self._changing = True
+            try:
+                yield
+            finally:
+                self.close()  # its stores opened without the lock: none outlives the change
+                self._changing = False
         finally:
             lock.close()
 

@@ -1,7 +1,8 @@
 """The file side of the K/V store: one directory per fingerprint, its locks and its sweep.
 
 Several stores (processes or handles) may share a directory: a shared flock on
-``kv/.lock`` tells whether any other is open (only a lone opener sweeps crash leftovers),
+``kv/.lock``, taken before anything else is opened, tells whether any other is open (only a
+lone opener sweeps crash leftovers) and keeps the store admin's changes out while it is held,
 and an exclusive flock on ``kv/.write.lock`` (:class:`~percache_plugin.kv.integrity.WriteLock`)
 is held while a node's file and row change together.
 """
@@ -36,19 +37,21 @@ log = logging.getLogger("percache_plugin.kv.store")
 class NodeFiles:
     """Node files of one fingerprint under ``root/kv``."""
 
-    def __init__(self, root: Path, fingerprint: str) -> None:
+    def __init__(self, root: Path, fingerprint: str, *, lock: bool = True) -> None:
         self.root = root
         self.fingerprint = fingerprint
         self.dir = make_store_dirs(root, fingerprint)
         self.write_lock = WriteLock(root / "kv", ".write.lock")
-        self._dir_lock: DirectoryLock | None = None
+        # Before the store's database is opened: a store admin changing the store holds the
+        # lock exclusively, and an opener waits here until the change is complete.
+        self._dir_lock = DirectoryLock(root / "kv") if lock else None
 
     def open_shared(self, all_rows: Callable[[], list[tuple[str, str]]],
                     delete_rows: Callable[[Sequence[tuple[str, str]]], None]) -> None:
         """Join the directory; if no other store has it open, sweep crash leftovers first:
-        temp files, files without a row and rows without a file."""
-        self._dir_lock = DirectoryLock(self.root / "kv")
-        if not self._dir_lock.exclusive:
+        temp files, files without a row and rows without a file. Without the lock (``lock``
+        False: the caller holds it exclusively) nothing is swept."""
+        if self._dir_lock is None or not self._dir_lock.exclusive:
             return
         try:
             kv_root = self.root / "kv"

@@ -52,7 +52,8 @@ class KVStore:
     ``storage_dtype`` casts tensors on ``put`` (e.g. bfloat16 halves the bytes); ``get``
     returns the stored dtype and the caller casts back. ``verify`` checks the CRC32 of
     the tensor bytes on every ``get``. All methods are thread-safe; several stores (in
-    this or other processes) may share one directory.
+    this or other processes) may share one directory. ``shared_lock=False``: the caller holds
+    the directory lock exclusively (the store admin during a change; nothing is swept).
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class KVStore:
         storage_dtype: torch.dtype | None = None,
         verify: bool = True,
         eviction: EvictionPolicy = lfu_leaves,
+        shared_lock: bool = True,
     ) -> None:
         if not isinstance(fingerprint, str) or not fingerprint:
             raise ValueError(f"fingerprint must be a non-empty string, got {fingerprint!r}")
@@ -79,7 +81,7 @@ class KVStore:
         self._closed = False
         self._listeners: list[Callable[[str], None]] = []
         self.path = None if path is None else Path(path).expanduser()
-        files = None if self.path is None else NodeFiles(self.path, fingerprint)
+        files = None if self.path is None else NodeFiles(self.path, fingerprint, lock=shared_lock)
         try:
             self._index = NodeIndex(None if self.path is None else self.path / DB_NAME, fingerprint)
         except BaseException:

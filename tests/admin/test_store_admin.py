@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,16 @@ DOCS = [
     {"id": "ana", "text": "Ana: the choir rehearsal moved to Friday at 6 pm in the small hall."},
     {"id": "ben", "text": "Ben: the budget review is on Monday; travel costs are over plan."},
 ]
+
+
+# clear() keeps the two empty lock files: a store opening meanwhile already holds them
+LOCK_FILES = ["kv", "kv/.lock", "kv/.write.lock"]
+
+
+def _left_after_clear(store: Path) -> list[str]:
+    left = sorted(p.relative_to(store).as_posix() for p in store.rglob("*"))
+    assert all((store / name).stat().st_size == 0 for name in left if name != "kv")
+    return left
 
 
 def _filled(store: Path) -> None:
@@ -82,7 +95,7 @@ def test_clear_empties_the_store(tmp_path: Path) -> None:
     _filled(tmp_path)
     with StoreAdmin(tmp_path) as admin:
         admin.clear()
-    assert not any(tmp_path.iterdir())
+    assert _left_after_clear(tmp_path) == LOCK_FILES
 
 
 def test_clear_removes_persona_heads_and_the_turn_log(tmp_path: Path) -> None:
@@ -95,7 +108,7 @@ def test_clear_removes_persona_heads_and_the_turn_log(tmp_path: Path) -> None:
     assert (tmp_path / "personas").is_dir()
     with StoreAdmin(tmp_path) as admin:
         admin.clear()
-    assert not any(tmp_path.iterdir())
+    assert _left_after_clear(tmp_path) == LOCK_FILES
 
 
 def test_not_a_store(tmp_path: Path) -> None:
@@ -114,7 +127,18 @@ def test_cli_store_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "1 QA entries" in capsys.readouterr().out
     assert main(["store", "purge", str(tmp_path)]) == 0
     assert main(["store", "clear", str(tmp_path), "--yes"]) == 0
-    assert not any(tmp_path.iterdir())
+    assert _left_after_clear(tmp_path) == LOCK_FILES
+
+
+def _started(script: str, args: list[Path], ready: Path) -> subprocess.Popen[bytes]:
+    """Another Python process running ``script`` (``{repo}`` filled in), once it made ``ready``."""
+    repo = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen([sys.executable, "-c", script.format(repo=repo), *map(str, args)], cwd=repo)
+    deadline = time.monotonic() + 300  # a loaded machine imports torch slowly
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the other process did not start"
+        time.sleep(0.05)
+    return proc
 
 
 HOLDER = """
@@ -132,21 +156,11 @@ pc.close()
 
 def test_remove_and_purge_are_refused_while_another_process_has_the_store_open(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import subprocess
-    import sys
-    import time
-
     store = tmp_path / "store"
     _filled(store)
     ready, done = tmp_path / "ready", tmp_path / "done"
-    repo = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER.format(repo=repo), str(store), str(ready), str(done)],
-                            cwd=repo)
+    proc = _started(HOLDER, [store, ready, done], ready)
     try:
-        deadline = time.monotonic() + 300  # a loaded machine imports torch slowly
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the holder did not start"
-            time.sleep(0.05)
         with StoreAdmin(store) as admin:
             before = admin.info()
             with pytest.raises(StoreInUseError, match=r"cannot remove a document from store .* open in "
@@ -165,3 +179,56 @@ def test_remove_and_purge_are_refused_while_another_process_has_the_store_open(
         assert proc.wait(timeout=120) == 0
     with StoreAdmin(store) as admin:  # closed: allowed again
         assert admin.remove_document("ana").documents == 1
+
+
+OPENER = """
+import os, sys, time
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from percache_plugin.kv.store import KVStore, stored_fingerprints
+store, started, go, opened = sys.argv[1:5]
+fp = next(iter(stored_fingerprints(Path(store))))
+open(started, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.01)
+kv = KVStore(store, fingerprint=fp)  # what enable() opens first
+Path(opened + ".tmp").write_text(str(len(kv.nodes())))
+os.rename(opened + ".tmp", opened)
+kv.close()
+"""
+
+
+@pytest.mark.parametrize("action", ["remove", "purge"])
+def test_a_store_opened_during_remove_or_purge_waits_for_its_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: str) -> None:
+    store = tmp_path / "store"
+    _filled(store)
+    started, go, opened = tmp_path / "started", tmp_path / "go", tmp_path / "opened"
+    proc = _started(OPENER, [store, started, go, opened], started)
+    try:
+        with StoreAdmin(store) as admin:
+            real = admin.kv_store
+            during: list[bool] = []
+
+            def kv_store(fingerprint: str) -> KVStore:
+                if not during:  # mid-operation: let the other process try to open the store
+                    go.touch()
+                    until = time.monotonic() + 3.0
+                    while not opened.exists() and time.monotonic() < until:
+                        time.sleep(0.02)
+                    during.append(opened.exists())
+                return real(fingerprint)
+
+            monkeypatch.setattr(admin, "kv_store", kv_store)
+            if action == "remove":
+                assert admin.remove_document("ana").documents == 1
+            else:
+                assert admin.purge("0000") > 0
+            monkeypatch.undo()
+            left = sum(f.nodes for f in admin.info().fingerprints)
+        assert during == [False], "the store was opened while the operation ran"
+        assert proc.wait(timeout=120) == 0
+        assert int(opened.read_text()) == left  # it saw the store as the operation left it
+    finally:
+        go.touch()
+        proc.wait(timeout=120)
