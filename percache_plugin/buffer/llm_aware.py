@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
+from itertools import chain
 
 __all__ = ["LLMAwarePolicy"]
 
@@ -114,7 +115,7 @@ class LLMAwarePolicy:
         if size > self.capacity:
             return None
         victims: list[Hashable] = []
-        seq = iter([*self._seq, *(k for k in self._loop if self._expired(k))])
+        seq = chain(self._seq, (k for k in self._loop if self._expired(k)))  # lazily
         while free < size:  # sequential blocks go first, whatever comes in
             v = next(seq, None)
             if v is None:

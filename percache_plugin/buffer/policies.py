@@ -14,10 +14,11 @@ name from such a table.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Generator, Hashable, Mapping
 from types import MappingProxyType
 from typing import Protocol
 
@@ -104,7 +105,11 @@ class LRUPolicy(_Sized):
 
 
 class LFUPolicy(_Sized):
-    """Least frequently used (counts survive eviction: "perfect" LFU); ties go to the least recent."""
+    """Least frequently used (counts survive eviction: "perfect" LFU); ties go to the least recent.
+
+    The resident keys are ranked through a heap of ``(count, last read, key)`` entries, one pushed
+    per read; an entry whose key was read again or left is skipped when it comes up (lazy
+    deletion), so a miss costs O(log n) instead of a sort of the resident keys."""
 
     name = "lfu"
 
@@ -113,22 +118,50 @@ class LFUPolicy(_Sized):
         self.freq: dict[Hashable, int] = {}
         self._last: dict[Hashable, int] = {}
         self._clock = 0
+        self._heap: list[tuple[int, int, Hashable]] = []
 
     def _touch(self, key: Hashable) -> None:
         self._clock += 1
         self.freq[key] = self.freq.get(key, 0) + 1
         self._last[key] = self._clock
+        if key in self.sizes:
+            self._push(key)
+
+    def _push(self, key: Hashable) -> None:
+        heapq.heappush(self._heap, (self.freq[key], self._last[key], key))
+        if len(self._heap) > 2 * len(self.sizes) + 64:  # mostly stale entries: rebuild
+            self._heap = [(self.freq[k], self._last[k], k) for k in self.sizes]
+            heapq.heapify(self._heap)
+
+    def ranked(self) -> Generator[Hashable, None, None]:
+        """The resident keys, least frequently (then least recently) used first, lazily. Close
+        the iterator (or exhaust it) so the keys it passed are ranked again."""
+        popped: list[tuple[int, int, Hashable]] = []
+        try:
+            while self._heap:
+                entry = heapq.heappop(self._heap)
+                f, last, k = entry
+                if k in self.sizes and self.freq[k] == f and self._last[k] == last:
+                    popped.append(entry)
+                    yield k
+        finally:
+            for entry in popped:
+                heapq.heappush(self._heap, entry)
 
     def hit(self, key: Hashable, cls: str) -> None:
         self._touch(key)
 
     def admit(self, key: Hashable, size: int, cls: str, free: int) -> list[Hashable] | None:
         self._touch(key)
-        ranked = iter(sorted(self.sizes, key=lambda k: (self.freq[k], self._last[k])))
-        return self._evict_until(size, free, lambda: next(ranked, None))
+        ranked = self.ranked()
+        try:
+            return self._evict_until(size, free, lambda: next(ranked, None))
+        finally:
+            ranked.close()
 
     def inserted(self, key: Hashable, size: int, cls: str) -> None:
         self.sizes[key] = size
+        self._push(key)
 
     def removed(self, key: Hashable) -> None:
         self.sizes.pop(key, None)
@@ -174,20 +207,23 @@ class LeCaRPolicy(_Sized):
             return None
         victims: list[Hashable] = []
         lru_order = iter(self._lru._order)
-        lfu_order = iter(sorted(self.sizes, key=lambda k: (self._lfu.freq[k], self._lfu._last[k])))
+        lfu_order = self._lfu.ranked()
         chosen: set[Hashable] = set()
-        while free < size:
-            expert = 0 if self._rng.random() < self._w[0] else 1
-            source = lru_order if expert == 0 else lfu_order
-            v = next((k for k in source if k not in chosen), None)
-            if v is None:
-                return None
-            chosen.add(v)
-            victims.append(v)
-            free += self.sizes[v]
-            self._hist[expert][v] = self._time
-            if len(self._hist[expert]) > n:
-                self._hist[expert].popitem(last=False)
+        try:
+            while free < size:
+                expert = 0 if self._rng.random() < self._w[0] else 1
+                source = lru_order if expert == 0 else lfu_order
+                v = next((k for k in source if k not in chosen), None)
+                if v is None:
+                    return None
+                chosen.add(v)
+                victims.append(v)
+                free += self.sizes[v]
+                self._hist[expert][v] = self._time
+                if len(self._hist[expert]) > n:
+                    self._hist[expert].popitem(last=False)
+        finally:
+            lfu_order.close()
         return victims
 
     def inserted(self, key: Hashable, size: int, cls: str) -> None:
