@@ -30,6 +30,9 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--idle-budget", type=float, default=None, help="seconds per idle phase")
+    p.add_argument("--streams", nargs="+", default=["original"],
+                   help="query streams replayed (each stream replays the users again on fresh "
+                        "stores, whose nodes have the same keys: more than one conflates them)")
     p.add_argument("--out", type=Path, default=Path("kv-e2e.csv"))
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -37,6 +40,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="percache-e2e-trace-") as tmp:
         settings = E2ESettings(data=args.data, users=args.users, queries=args.queries,
                                methods=("percache",), max_new_tokens=args.max_new_tokens,
+                               streams=tuple(args.streams),
                                tau_sweep=(), idle_budget_s=args.idle_budget,
                                config={"kv_trace": str(args.out.resolve())}, out=Path(tmp),
                                progress=False)
