@@ -32,6 +32,7 @@ from safetensors import safe_open
 from safetensors.torch import save
 
 from ..filemodes import private_dir
+from .node_read import direct_read_supported, read_tensors
 
 try:  # ISA-L's crc32: the same values as zlib's, several times faster (optional)
     from isal.isal_zlib import crc32 as _crc32
@@ -55,7 +56,6 @@ __all__ = [
     "hash_token_ids",
     "make_store_dirs",
     "node_path",
-    "prefetch_file",
     "read_node_file",
     "sweep_files",
     "WriteLock",
@@ -263,25 +263,15 @@ def write_node_file(
     return size
 
 
-def prefetch_file(path: Path) -> bool:
-    """Ask the OS to start reading ``path`` into its page cache now (``posix_fadvise(WILLNEED)``,
-    asynchronous: the call returns at once). Several files advised back to back are read with
-    the disk's full queue depth while the caller works through the first ones. False, and
-    nothing done, where the file cannot be opened or the platform has no ``posix_fadvise``."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:  # pragma: no cover - macOS, Windows
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # missing or unreadable: the read reports it
-        return False
-    try:
-        advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        return True
-    except OSError:  # pragma: no cover - a filesystem without readahead
-        return False
-    finally:
-        os.close(fd)
+def _read_mapped(path: Path, layout: Sequence[TensorSpec]) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """The file's metadata and tensors through safetensors' memory map (the dtypes
+    :func:`~.node_read.read_tensors` does not read, or a big-endian host)."""
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+        names = set(f.keys())
+        if names != {name for name, _, _ in layout}:
+            raise CorruptNodeError(f"tensor names differ from the recorded layout: {sorted(names)}")
+        return metadata, {name: f.get_tensor(name) for name, _, _ in layout}
 
 
 def read_node_file(
@@ -294,20 +284,18 @@ def read_node_file(
     """Load a node file and check it against what the store recorded.
 
     ``checksum`` None skips the CRC (header, metadata, names, dtypes and shapes are
-    always checked: they cost microseconds). Raises CorruptNodeError with the reason.
+    always checked: they cost microseconds). Raises CorruptNodeError with the reason. The
+    tensors are read with one ``preadv`` into one buffer (:func:`~.node_read.read_tensors`;
+    they are views into it) where the dtypes allow, else through safetensors' memory map.
     """
     try:
-        with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-            for name, want in expected_metadata.items():
-                if metadata.get(name) != want:
-                    raise CorruptNodeError(
-                        f"metadata {name!r} is {metadata.get(name)!r}, expected {want!r}"
-                    )
-            names = set(f.keys())
-            if names != {name for name, _, _ in layout}:
-                raise CorruptNodeError(f"tensor names differ from the recorded layout: {sorted(names)}")
-            tensors = {name: f.get_tensor(name) for name, _, _ in layout}
+        if direct_read_supported([dtype for _, dtype, _ in layout]):
+            metadata, tensors = read_tensors(path, layout)
+        else:
+            metadata, tensors = _read_mapped(path, layout)
+        for name, want in expected_metadata.items():
+            if metadata.get(name) != want:
+                raise CorruptNodeError(f"metadata {name!r} is {metadata.get(name)!r}, expected {want!r}")
     except CorruptNodeError:
         raise
     except FileNotFoundError:
