@@ -20,7 +20,7 @@ from ..stats import Generation, GenerationStats
 from .requests import Sampling
 from .stream import TextStream
 
-__all__ = ["Outcome", "key_root", "run_ids", "run_ask"]
+__all__ = ["ClientGone", "Outcome", "key_root", "run_ids", "run_ask"]
 
 
 @dataclass
@@ -114,13 +114,19 @@ def _ttft(stream: TextStream, arrived: float) -> float | None:
 def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_new: int,
             stream: TextStream, arrived: float, queue_s: float) -> Outcome:
     """``pc.ask`` in ``scope``: a QA-bank answer, ``no_documents``, or an answer generated from
-    the retrieved chunks (streamed). It runs to the end even if the client went away, so the QA
-    bank never stores a cut answer."""
+    the retrieved chunks (streamed). When the client goes away generation stops at the next
+    token and ``pc.ask`` returns nothing (``"cancelled"``): it stores no cut answer in the QA
+    bank (see :class:`_StopOnCancel`)."""
+    if stream.cancelled:
+        return _cancelled(0, queue_s, arrived)
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
     kwargs = {"max_new_tokens": max_new, **sampling.generate_kwargs()}
-    answer = pc.ask(question, scope=scope, stopping_criteria=[_Uncancellable(stream)],
-                    logits_processor=[stream.processor], **kwargs)
+    try:
+        answer = pc.ask(question, scope=scope, stopping_criteria=[_StopOnCancel(stream)],
+                        logits_processor=[stream.processor], **kwargs)
+    except ClientGone:
+        return _cancelled(0, queue_s, arrived)
     ttft: float | None
     if answer.source != "generated":
         stream.put_text(answer.text)
@@ -150,15 +156,22 @@ def _snippets(pc: Any, chunk_ids: Sequence[str], chars: int = 160) -> tuple[str,
     return tuple(t if len(t) <= chars else t[:chars].rstrip() + "…" for t in texts)
 
 
-class _Uncancellable(StoppingCriteria):
-    """A stream's criterion that never stops generation (an answer the QA bank will store)."""
+class ClientGone(Exception):
+    """The client of a ``pc.ask`` request went away (raised inside its generation)."""
+
+
+class _StopOnCancel(StoppingCriteria):
+    """A stream's criterion for ``pc.ask``: it never ends an answer early (the QA bank would
+    store it as complete); when the client is gone it raises :class:`ClientGone` out of the
+    generation, so ``ask`` returns before storing anything (the prompt's K/V, exact and
+    complete, is kept as for any request)."""
 
     def __init__(self, stream: TextStream) -> None:
         self.stream = stream
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         self.stream(input_ids, scores)
+        if self.stream.cancelled:
+            raise ClientGone("the client went away")
         return torch.zeros((input_ids.shape[0],), dtype=torch.bool,  # type: ignore[return-value]
                            device=input_ids.device)
-
-

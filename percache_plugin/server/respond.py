@@ -1,6 +1,6 @@
 """Running a job for an HTTP request: a JSON body when it is done, or server-sent events as
-tokens come. A streaming client that disconnects cancels its job (generation stops after the
-current token and the model takes the next request)."""
+tokens come. A client that disconnects, streaming or not, cancels its job (generation stops
+after the current token and the model takes the next request; the runner counts it)."""
 
 from __future__ import annotations
 
@@ -30,11 +30,14 @@ async def respond(request: Request, runner: Runner, kind: str, job: Callable[[fl
     loop = asyncio.get_running_loop()
     if not streaming:
         future = runner.submit(kind, job)
+        watcher = asyncio.ensure_future(_watch(request, stream))
         try:
             outcome = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             stream.cancel()
             raise
+        finally:
+            await _stop(watcher)
         return JSONResponse(fmt.full(outcome))
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -84,6 +87,10 @@ async def _events(request: Request, queue: asyncio.Queue[Any], future: Any, stre
         yield sse("[DONE]")
     finally:
         stream.cancel()  # a no-op once generation ended; stops it when the client went away
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await watcher
+        await _stop(watcher)
+
+
+async def _stop(watcher: asyncio.Future[None]) -> None:
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await watcher

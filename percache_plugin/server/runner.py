@@ -48,6 +48,7 @@ class Runner:
         self._waiting = 0
         self.records: deque[JobRecord] = deque(maxlen=history)
         self.finished = 0  # jobs finished since the start, however they ended
+        self.cancelled = 0  # of those, jobs whose client went away (finish_reason "cancelled")
         self.idle_worker = idle_worker
         self.idle_report: Any = None  # the idle worker's report, once closed
         if idle_worker:
@@ -80,6 +81,7 @@ class Runner:
                 with self._lock:
                     self._waiting -= 1
                     self.finished += 1
+                    self.cancelled += reason == "cancelled"
 
         try:
             return self._pool.submit(run)

@@ -105,3 +105,27 @@ def wait_for_port(port: int, proc: Any, timeout: float) -> None:
                 return
         time.sleep(0.1)
     raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
+
+
+def leave_while_running(srv: ServerThread, path: str, body: Any, timeout: float = 300) -> Any:
+    """Send ``body``, close the connection once its job runs (a streamed request: after its
+    first event), and wait until the job has finished; its :class:`JobRecord`."""
+    runner = srv.state.runner
+    done = runner.finished
+    conn = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    if body.get("stream"):
+        response = conn.getresponse()
+        assert response.status == 200 and response.readline().startswith(b"data: ")
+    else:
+        end = time.monotonic() + timeout
+        while runner.waiting == 0 and runner.finished == done and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(0.3)  # some tokens into the answer
+    conn.sock.close()  # the client goes away
+    conn.close()
+    end = time.monotonic() + timeout
+    while runner.finished == done:
+        assert time.monotonic() < end, "the job did not finish"
+        time.sleep(0.05)
+    return runner.records[-1]

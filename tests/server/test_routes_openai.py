@@ -190,6 +190,17 @@ def test_a_client_that_disconnects_frees_the_model(server: Any) -> None:
     assert waited < 10, f"the next request waited {waited:.1f} s"
 
 
+def test_a_non_streaming_client_that_disconnects_cancels_its_generation(server: Any) -> None:
+    from tests.server.conftest import leave_while_running
+
+    body = {"model": MODEL, "prompt": "Tell a very long story.", "max_tokens": 4000, "temperature": 0}
+    record = leave_while_running(server, "/v1/completions", body)
+    assert record.finish_reason == "cancelled" and record.completion_tokens < 4000
+    assert server.state.runner.cancelled == 1
+    r = client(server).completions.create(model=MODEL, prompt="hi", **GREEDY)
+    assert r.choices[0].text is not None and server.state.runner.records[-1].finish_reason != "cancelled"
+
+
 def test_a_body_over_the_limit_is_a_413(pc: Any) -> None:
     from tests.server.conftest import start
 

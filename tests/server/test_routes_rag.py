@@ -56,6 +56,19 @@ def test_ask_streams_then_serves_the_qa_bank(pc: Any, server: Any) -> None:
     assert "".join(e["delta"] for e in second[:-1]) == last["answer"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_ask_whose_client_left_stops_and_stores_no_answer(pc: Any, server: Any, stream: bool) -> None:
+    from tests.server.conftest import leave_while_running
+
+    post_json(server, "/v1/documents", {"documents": DOCS})
+    ask = {"question": "Tell me everything about the choir rehearsal.", "max_tokens": 4000, "stream": stream}
+    record = leave_while_running(server, "/v1/ask", ask)
+    assert record.finish_reason == "cancelled" and server.state.runner.cancelled == 1
+    assert pc.qa_bank.entries() == []  # a cut answer is never stored, nor served later
+    again = post_json(server, "/v1/ask", {**ask, "max_tokens": 3, "stream": False})[1]
+    assert again["source"] == "generated" and len(pc.qa_bank.entries()) == 1
+
+
 def test_the_idle_worker_runs_between_requests_and_yields_to_them(pc: Any) -> None:
     from tests.server.conftest import client, start
 
