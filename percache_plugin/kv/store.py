@@ -50,11 +50,10 @@ class KVStore:
     ``eviction`` chooses the nodes to drop when over ``byte_limit`` (default
     :func:`~.eviction.lfu_leaves`; the ``percache_register_eviction_policies`` hook names more).
     ``storage_dtype`` casts tensors on ``put`` (e.g. bfloat16 halves the bytes); ``get``
-    returns the stored dtype and the caller casts back. ``verify`` checks the CRC32 of
-    the tensor bytes on every ``get``. All methods are thread-safe; several stores (in
-    this or other processes) may share one directory. ``shared_lock=False``: the caller holds
-    the directory lock exclusively (the store admin during a change; nothing is swept).
-    """
+    returns the stored dtype and the caller casts back. ``verify`` checks the CRC32 of the tensor
+    bytes on every ``get``. All methods are thread-safe; several stores (in this or other
+    processes) may share one directory. ``shared_lock=False``: the caller holds the directory
+    lock exclusively (the store admin during a change; nothing is swept)."""
 
     def __init__(
         self,
