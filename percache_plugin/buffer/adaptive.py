@@ -1,19 +1,26 @@
 """The adaptive LLM-aware policy: the seed's classification (:class:`~.llm_aware.LLMAwarePolicy`)
-with a fall-back to plain recency or frequency where those do better, learnt online.
+with a fall-back to recency, frequency or a learnt mix of both where those do better, learnt online.
 
-Three experts run side by side on metadata only (each keeps the key set it would hold in a cache
+Four experts run side by side on metadata only (each keeps the key set it would hold in a cache
 of the same capacity, no values): the LLM-aware policy (SEQ/LOOP/HOT classes, loop pinning, a
-reserved hot area), LRU and LFU. Every read is replayed through all three, and each earns a
-decayed count of its hits (half-life ``half_life`` reads). The real cache follows the expert with
-the most: a missed key is admitted only if that expert holds it now, and the victims are the
-resident keys that expert does not hold, those the fewest experts hold first, then the least
-recently used (the leader holds the new key and fits in the capacity, so they always make room). After a change of leader the real cache
-converges to the new leader's set as keys are missed. Like ARC's ghost lists or LeCaR's regret,
-this only uses the access stream; no trace or workload is named anywhere.
+reserved hot area), LRU, LFU and LeCaR (LRU and LFU weighted by regret, which beats both, and the
+classification, on some mixes: the kv-chat trace at 40-50% of its blocks). Every read is
+replayed through all four, and each earns a decayed count of its hits (half-life ``half_life``
+reads). The real cache follows the expert with the most: a missed key is admitted only if that
+expert holds it now, and the victims are the resident keys that expert does not hold, those the
+fewest experts hold first, then the least recently used (the leader holds the new key and fits
+in the capacity, so they always make room).
+
+The real cache never evicts a key the leader holds. After a change of leader it converges to
+the new leader's set as keys are missed; while that expert leads, each of its keys is missed at
+most once, so a change of leader costs at most as many hits as the new leader holds keys the
+real cache lacks (in practice a few: the gaps to the best expert in docs/BENCHMARKS.md come
+from these changes). Like ARC's ghost lists or LeCaR's regret, this only uses the access
+stream; no trace or workload is named anywhere.
 
 The LLM-aware expert leads from the start and wins ties, so loops and declared classes behave
-as in the seed until recency or frequency has shown more hits on this workload. ``leader``
-names the expert followed now and ``switches`` counts changes (:meth:`AdaptiveLLMPolicy.report`).
+as in the seed until another expert has shown more hits on this workload. ``leader`` names the
+expert followed now and ``switches`` counts changes (:meth:`AdaptiveLLMPolicy.report`).
 """
 
 from __future__ import annotations
@@ -64,14 +71,15 @@ class AdaptiveLLMPolicy:
 
     def __init__(self, capacity: int, *, half_life: int = 2000,
                  experts: tuple[tuple[str, Callable[[int], object]], ...] | None = None) -> None:
-        from .policies import LFUPolicy, LRUPolicy
+        from .policies import LeCaRPolicy, LFUPolicy, LRUPolicy
 
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0 bytes, got {capacity}")
         if half_life < 1:
             raise ValueError(f"half_life must be at least 1 read, got {half_life}")
         self.capacity = capacity
-        made = experts or (("llm-static", LLMAwarePolicy), ("lru", LRUPolicy), ("lfu", LFUPolicy))
+        made = experts or (("llm-static", LLMAwarePolicy), ("lru", LRUPolicy), ("lfu", LFUPolicy),
+                           ("lecar", LeCaRPolicy))
         self.experts = [Expert(n, factory(capacity), capacity) for n, factory in made]
         self._decay = 0.5 ** (1.0 / half_life)
         self._resident = LRUPolicy(capacity)  # the real cache's keys, sizes and recency
