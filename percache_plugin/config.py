@@ -349,7 +349,7 @@ class Config:
         "Least share of an extracted fact's content words (names, nouns, numbers) found in the "
         "turn(s) it was extracted from (memory/grounding.py); a fact below it is invented, not "
         "read: dropped and counted (memory.extraction.ungrounded), never stored. 0 switches the "
-        "check off.", 0.5)
+        "check off. 0.25 was chosen on LoCoMo conversation 0 (docs/BENCHMARKS.md).", 0.25)
     memory_context_keys: bool = _help(
         "Index each extracted fact with its source turn text as retrieval context (the fact's "
         "BM25 text and embedding cover both) while prompts get only the fact. The context is "
