@@ -74,14 +74,19 @@ def served(cosines: list[tuple[float, float]], slope: float, threshold: float) -
     return sum(c >= threshold - slope * (s - RESIDUE_ANCHOR) for s, c in cosines)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def dev_args(doc: str | None) -> argparse.Namespace:
+    """The command line of a script fitting a guard on dev data (this one, qa_align_fit.py)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--locomo", type=Path, default=Path("../shared/data/locomo/locomo_dev5.json"))
     p.add_argument("--qmsum", type=Path, default=Path("../shared/data/qmsum"))
     p.add_argument("--tau", type=float, default=DEFAULT_TAU)
     p.add_argument("--budget", type=float, default=0.015,
                    help="largest share of dev negatives that may be served (default 1.5%%)")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main() -> None:
+    args = dev_args(__doc__)
     embedder = load_embedder(None)
     negs, pos = dev_pairs(args.locomo, args.qmsum)
     n_cos, p_cos = residue_cosines(negs, embedder, args.tau), residue_cosines(pos, embedder, args.tau)

@@ -60,6 +60,7 @@ SETTINGS: dict[str, tuple[bool, tuple[str, ...]]] = {
     **{f"key terms + {g}": (True, (g,)) for g in MEANING_GUARDS},
     "key terms + meaning (default)": (True, tuple(sorted(DEFAULT_MEANING_GUARDS))),
     "key terms + meaning + residue (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS), "residue")),
+    "key terms + meaning + align (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS), "align")),
     "key terms + meaning + words": (True, MEANING_GUARDS),
 }
 _GENERIC = frozenset("thing kind type way time activity event name someone something".split())

@@ -23,10 +23,13 @@ __all__ = [
     "HashEmbedder",
     "SentenceTransformerEmbedder",
     "load_embedder",
+    "question_words",
 ]
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 _WORD = re.compile(r"\w+")
+# Words as the QA bank's meaning guards read them (rag/meaning.py), for embed_words().
+_QUESTION_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?", re.IGNORECASE)
 
 
 class Embedder(Protocol):
@@ -41,6 +44,14 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return a float32 array ``[len(texts), dim]`` with unit-norm rows."""
         ...
+
+
+def question_words(text: str) -> list[tuple[str, int, int]]:
+    """The words of ``text`` (lower case, a possessive's "'s" dropped) with their character
+    spans, as ``embed_words`` returns them."""
+    text = text.replace("\u2019", "'")
+    return [(m.group(0).lower().split("'")[0], m.start(), m.end())
+            for m in _QUESTION_WORD.finditer(text)]
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
@@ -94,6 +105,15 @@ class HashEmbedder:
             if norm == 0.0:  # features cancelled out exactly; fall back to a fixed direction
                 out[row, 0], norm = 1.0, 1.0
             out[row] /= norm
+        return out
+
+    def embed_words(self, texts: Sequence[str]) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        """Each text's words and one vector per word: the word hashed alone (no context)."""
+        out = []
+        for text in _check_texts(texts):
+            words = tuple(w for w, _, _ in question_words(text))
+            vectors = self.embed(list(words)) if words else np.zeros((0, self._dim), np.float32)
+            out.append((words, vectors))
         return out
 
 
@@ -169,6 +189,36 @@ class SentenceTransformerEmbedder:
             show_progress_bar=False,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def embed_words(self, texts: Sequence[str]) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        """Each text's words (:func:`question_words`) and one contextual vector per word: the
+        mean of its word pieces' token embeddings from one forward over the whole text,
+        unit norm. A word cut off by the model's length limit is left out."""
+        items = _check_texts(texts)
+        if not items:
+            return []
+        model: Any = self._load()
+        tokens = model.encode(items, batch_size=self.batch_size, output_value="token_embeddings",
+                              convert_to_numpy=False, show_progress_bar=False)
+        spans = model.tokenizer([t.replace("\u2019", "'") for t in items], truncation=True,
+                                max_length=model.max_seq_length, return_offsets_mapping=True)
+        out = []
+        for text, rows, offsets in zip(items, tokens, spans["offset_mapping"], strict=True):
+            pieces = rows.detach().float().cpu().numpy()
+            if len(pieces) != len(offsets):
+                raise RuntimeError(f"embed_words: {len(pieces)} token vectors for "
+                                   f"{len(offsets)} tokens of {text[:40]!r}")
+            pieces /= np.linalg.norm(pieces, axis=1, keepdims=True) + 1e-12
+            words, vectors = [], []
+            for word, start, end in question_words(text):
+                idx = [i for i, (s, e) in enumerate(offsets) if e > s and s >= start and e <= end]
+                if idx:
+                    v = pieces[idx].mean(axis=0)
+                    words.append(word)
+                    vectors.append(v / (np.linalg.norm(v) + 1e-12))
+            dim = pieces.shape[1]
+            out.append((tuple(words), np.asarray(vectors, np.float32).reshape(-1, dim)))
+        return out
 
 
 def load_embedder(spec: str | Embedder | None) -> Embedder:

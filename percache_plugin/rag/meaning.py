@@ -25,6 +25,10 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
 ``residue`` (off by default)
     the content words one question has and the other lacks must mean the same (an embedding
     check, see :mod:`percache_plugin.rag.residue`; run by the QA bank, not here).
+``align`` (off by default)
+    every content word of each question must find a match in the other, by the embedder's
+    contextual word vectors (see :mod:`percache_plugin.rag.align`; run by the QA bank, not
+    here).
 ``words`` (off by default)
     the content words (cut to 5 letters) of the two questions overlap by at least
     ``WORDS_MIN_JACCARD`` (Jaccard): a different question about the same person and thing
@@ -40,9 +44,9 @@ from typing import Final
 
 from percache_plugin.rag.antonyms import ANTONYM_PAIRS
 
-__all__ = ["DEFAULT_MEANING_GUARDS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "question_shape", "stem"]
+__all__ = ["DEFAULT_MEANING_GUARDS", "FUNCTION_STEMS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "question_shape", "stem"]
 
-MEANING_GUARDS: Final = ("polarity", "antonym", "qtype", "object", "residue", "words")
+MEANING_GUARDS: Final = ("polarity", "antonym", "qtype", "object", "residue", "align", "words")
 DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object"))
 WORDS_MIN_JACCARD: Final = 0.25
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -163,6 +167,8 @@ def question_shape(question: str) -> QuestionShape:
 
 
 _FUNCTION_STEMS: Final = frozenset(stem(w) for w in _FUNCTION)
+FUNCTION_STEMS: Final = _FUNCTION_STEMS
+"""Stems of words that carry no content of their own (question words, auxiliaries, ...)."""
 
 
 def _negated_form(a: str, b: str) -> bool:

@@ -35,7 +35,7 @@ from percache_plugin.rag.guards import (
     check_min_overlap,
     check_tau,
 )
-from percache_plugin.rag.meaning import question_shape
+from percache_plugin.rag.qa_embedded import EMBEDDED_GUARDS, can_align, embedded_verdicts
 from percache_plugin.rag.qa_lookup import Judged, judge_candidates
 from percache_plugin.rag.qa_memory import Slot
 from percache_plugin.rag.qa_types import (
@@ -52,7 +52,6 @@ from percache_plugin.rag.qa_types import (
     check_scope,
 )
 from percache_plugin.rag.qa_writes import QABankBase
-from percache_plugin.rag.residue import residue_verdicts
 
 __all__ = [
     "ALL_SCOPES",
@@ -122,10 +121,10 @@ class QABank(QABankBase):
         :param min_overlap: least share of an entry's sources that must be in ``retrieved``.
         :param key_terms: the key-terms guard (names, acronyms, numbers must agree).
         :param meaning: the meaning guards to run (``guards.MEANING_GUARDS``; empty: none).
-        :param audit: also run the ``residue`` guard when it is off, to count the hits it
-            would have refused (``served_with_guard_off``); it costs an embedder call per
-            lookup whose candidates reach ``tau``. The other switched-off guards are always
-            counted (they compare precomputed features).
+        :param audit: also run the ``residue`` and ``align`` guards when they are off, to
+            count the hits they would have refused (``served_with_guard_off``); it costs an
+            embedder call per lookup whose candidates reach ``tau``. The other switched-off
+            guards are always counted (they compare precomputed features).
         """
         question = check_question(question)
         meaning = check_meaning(meaning)
@@ -139,10 +138,11 @@ class QABank(QABankBase):
             self._sync()
             empty = not self._mem.slots
         vector = None if empty else self._vector(question, embedding)
-        residue = None
-        if vector is not None and ("residue" in meaning or audit):
-            residue = self._residue(question, vector, tau=tau, k=k, scope=scope, retrieved=got,
-                                    min_overlap=min_overlap, key_terms=key_terms, meaning=meaning)
+        embedded = None
+        if vector is not None and (meaning & EMBEDDED_GUARDS or audit):
+            embedded = self._embedded(question, vector, tau=tau, k=k, scope=scope,
+                                      retrieved=got, min_overlap=min_overlap,
+                                      key_terms=key_terms, meaning=meaning, audit=audit)
         with self._lock:
             self._sync()
             self._counters["lookups"] += 1
@@ -152,7 +152,7 @@ class QABank(QABankBase):
             judged, served = judge_candidates(
                 question, found, self._mem.slots, tau=tau, retrieved=got,
                 min_overlap=min_overlap, key_terms=key_terms, meaning=meaning,
-                residue=residue, embed=self._embedder.embed,
+                embedded=embedded, embedder=self._embedder,
             )
             first = self._match(judged[0]) if judged else None
             if served is not None:
@@ -174,25 +174,31 @@ class QABank(QABankBase):
                 self._counters[f"rejected_{reason}"] += 1
             return LookupResult(None, first, reason)
 
-    def _residue(self, question: str, vector: np.ndarray, *, tau: float, k: int,
-                 scope: str | None, retrieved: frozenset[str] | None, min_overlap: float,
-                 key_terms: bool, meaning: frozenset[str]) -> dict[int, bool | None]:
-        """The residue guard's verdict for each candidate where it decides (reaching ``tau``
-        and passing every other guard; None for the other candidates found). The candidates
-        are judged under the lock; the embedder runs outside it, once for all of them."""
-        others = meaning - {"residue"}
-        shape = question_shape(question)
+    def _embedded(self, question: str, vector: np.ndarray, *, tau: float, k: int,
+                  scope: str | None, retrieved: frozenset[str] | None, min_overlap: float,
+                  key_terms: bool, meaning: frozenset[str],
+                  audit: bool) -> dict[int, dict[str, bool] | None]:
+        """The verdicts of the guards that need the embedder (those on, or all when
+        auditing) for each candidate where they decide (reaching ``tau`` and passing every
+        other guard; None for the other candidates found). The candidates are judged under
+        the lock; the embedder runs outside it, once per guard for all of them."""
+        guards = EMBEDDED_GUARDS if audit else meaning & EMBEDDED_GUARDS
+        others = meaning - EMBEDDED_GUARDS
         with self._lock:
             self._sync()
             found = self._mem.search(vector, k, scope, self.model(), self._shared())
-            seen = [(i, self._mem.slots[i].shape, sim, sim >= tau and judge_candidates(
+            seen = [(i, (self._mem.slots[i].info.question, self._mem.slots[i].shape), sim,
+                     sim >= tau and judge_candidates(
                 question, [(i, sim)], self._mem.slots, tau=tau, retrieved=retrieved,
                 min_overlap=min_overlap, key_terms=key_terms, meaning=others)[1] is not None)
                 for i, sim in found]
         todo = [(i, s, sim) for i, s, sim, decides in seen if decides]
-        verdicts = residue_verdicts([(shape, s, sim) for _, s, sim in todo],
-                                    self._embedder.embed) if todo else []
-        out: dict[int, bool | None] = {i: None for i, *_ in seen}
+        if todo and "align" in guards and not can_align(self._embedder):
+            with self._lock:
+                self._counters["align_unavailable"] += 1
+        verdicts = embedded_verdicts(question, [(q, s, sim) for _, (q, s), sim in todo],
+                                     guards, self._embedder)
+        out: dict[int, dict[str, bool] | None] = {i: None for i, *_ in seen}
         out.update({i: ok for (i, _, _), ok in zip(todo, verdicts, strict=True)})
         return out
 
@@ -269,6 +275,7 @@ class QABank(QABankBase):
                 "evictions": self._counters["evictions"],
                 "corrupt_rows": self._rows.corrupt,
                 "write_errors": self._counters["write_errors"],
+                "align_unavailable": self._counters["align_unavailable"],
             }
 
     def __enter__(self) -> QABank:

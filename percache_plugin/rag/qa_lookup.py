@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+from percache_plugin.rag.embeddings import Embedder
 from percache_plugin.rag.guards import Verdict, judge, question_terms, terms_agree
 from percache_plugin.rag.meaning import MEANING_GUARDS, meaning_checks, question_shape
+from percache_plugin.rag.qa_embedded import EMBEDDED_GUARDS, embedded_verdicts
 from percache_plugin.rag.qa_memory import Slot
-from percache_plugin.rag.residue import Embed, residue_agrees
 
 __all__ = ["Judged", "judge_candidates"]
 
@@ -25,28 +26,30 @@ def judge_candidates(
     min_overlap: float,
     key_terms: bool,
     meaning: Collection[str],
-    residue: Mapping[int, bool | None] | None = None,
-    embed: Embed | None = None,
+    embedded: Mapping[int, Mapping[str, bool] | None] | None = None,
+    embedder: Embedder | None = None,
 ) -> tuple[list[Judged], Judged | None]:
     """Judge ``candidates`` (``(id, cosine)``, best first) until one passes every guard or
     the similarity falls below ``tau``. Returns every verdict and the one served, if any.
     Every meaning guard is computed; those not in ``meaning`` only report (``off_failed``).
-    The ``residue`` guard runs only when ``residue`` is given (its verdicts, computed
-    beforehand by the caller, per entry id; None where it does not decide: the candidate
-    fails another guard) and only for candidates reaching ``tau``; a candidate missing from
-    it (added since) is judged with ``embed``."""
+    The guards that need the embedder (``residue``, ``align``) run only when ``embedded`` is
+    given (their verdicts, computed beforehand by the caller, per entry id; None where they
+    do not decide: the candidate fails another guard) and only for candidates reaching
+    ``tau``; a candidate missing from it (added since) is judged with ``embedder``."""
     terms = question_terms(question) if key_terms else None
     shape = question_shape(question)
     judged: list[Judged] = []
     for entry_id, sim in candidates:
         slot = slots[entry_id]
         checks = meaning_checks(shape, slot.shape, MEANING_GUARDS)
-        if residue is not None and sim >= tau:
-            if entry_id not in residue:
-                if embed is not None:
-                    checks["residue"] = residue_agrees(shape, slot.shape, embed, sim)
-            elif (known := residue[entry_id]) is not None:
-                checks["residue"] = known
+        if embedded is not None and sim >= tau:
+            if entry_id not in embedded:
+                if embedder is not None:
+                    checks.update(embedded_verdicts(question, [(slot.info.question, slot.shape,
+                                                                sim)], EMBEDDED_GUARDS,
+                                                    embedder)[0])
+            elif (known := embedded[entry_id]) is not None:
+                checks.update(known)
         verdict = judge(
             sim,
             tau=tau,

