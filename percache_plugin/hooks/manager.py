@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -139,10 +139,10 @@ class Hooks:
         return sorted(set(int(p) for p in chosen)) if chosen is not None else []
 
     def store_chunk(self, ctx: EngineContext, key: str, piece: PromptPiece, parent: str | None,
-                    kv: ChunkKV, exact: bool) -> bool:
+                    kv: ChunkKV, exact: bool, extra: Mapping[str, str] | None = None) -> bool:
         """Whether a plugin handled the piece."""
         handled = self._hook.percache_store_chunk(ctx=ctx, key=key, piece=piece, parent=parent,
-                                                  kv=kv, exact=exact)
+                                                  kv=kv, exact=exact, extra=dict(extra or {}))
         return bool(handled)
 
     def draft_sources(self, ctx: EngineContext, prompt: Prompt, hints: DraftHints) -> list[DraftSource]:

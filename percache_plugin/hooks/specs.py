@@ -13,7 +13,7 @@ and the ask() pipeline's hooks an :class:`~percache_plugin.hooks.contexts.Assist
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -177,7 +177,8 @@ def percache_select_recompute(
 
 @hookspec(firstresult=True)
 def percache_store_chunk(
-    ctx: EngineContext, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV, exact: bool
+    ctx: EngineContext, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV, exact: bool,
+    extra: Mapping[str, str],
 ) -> bool | None:
     """Persist the freshly computed K/V of one reusable piece. firstresult.
 
@@ -193,6 +194,10 @@ def percache_store_chunk(
     :param kv: its K/V, sliced from the request's cache (a copy, safe to keep).
     :param exact: False when the K/V was computed in a context that itself holds approximate
         (shifted) K/V; such entries must never serve exact reuse.
+    :param extra: metadata the writer needs back with the entry (``NodeInfo.extra``); empty for
+        prompt pieces. A session's memory-region fact (``piece.segment.id`` is the fact id,
+        ``piece.start`` its position) passes ``{"memory": "1", "context": <hash of the ids
+        before it>}``: its K/V is spliced unshifted only where both match again.
     :return: True when handled (stored or deliberately skipped), None to defer to the next plugin.
     """
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -115,11 +115,11 @@ class StoreBackedKV:
     @hookimpl(trylast=True)
     def percache_store_chunk(
         self, ctx: EngineContext, key: str, piece: PromptPiece, parent: str | None, kv: ChunkKV,
-        exact: bool,
+        exact: bool, extra: Mapping[str, str],
     ) -> bool:
         if not ctx.config.use_kv:
             return True
-        extra = {"exact": "1" if exact else "0"}
+        extra = {**extra, "exact": "1" if exact else "0"}
         if piece.segment.id is not None:  # the knowledge-bank chunk: lets its K/V be removed with it
             extra["chunk"] = piece.segment.id
         ctx.store.put(key, kv, parent=parent, start=piece.start, token_ids=piece.token_ids,

@@ -38,6 +38,7 @@ from ..decode import dtype_device
 from ..kv.cache import slice_chunk
 from ..kv.store import ChunkKV
 from ..memory.recall import MEMORY_HEADER, memory_block
+from ..segments import PromptPiece, Segment
 from .blocks import drop_blocks, exact_tokens
 from .evict import compact
 from .persist import SessionStore
@@ -275,7 +276,8 @@ def store_region(engine: Engine, session: Session, stats: ChatStats) -> None:
         key = fact_kv_key(engine.fingerprint, fact)
         if engine.store.contains(key):
             continue
-        extra = {"chunk": fact.fact_id, "exact": "1", "memory": "1", "context": hash_ids(ids[:begin])}
-        if engine.store.put(key, slice_chunk(session.cache, begin, pos), parent=None, start=begin,
-                            token_ids=fact.ids, extra=extra):
+        piece = PromptPiece(Segment("", "chunk", id=fact.fact_id), fact.ids, begin, None)
+        extra = {"memory": "1", "context": hash_ids(ids[:begin])}  # the built-in store adds chunk, exact
+        if engine.hooks.store_chunk(engine.ctx, key, piece, None, slice_chunk(session.cache, begin, pos),
+                                    True, extra):
             stats.memory_facts_stored += 1

@@ -207,3 +207,32 @@ def test_a_superseding_fact_takes_the_superseded_ones_place(pair: Any) -> None:
     assert "Porto" in text and "Lisbon" not in text
     _check_generate(pc, reply)
     pc.disable()
+
+
+class _OtherStore:
+    """A replacement store: takes every K/V write (``percache_store_chunk``)."""
+
+    def __init__(self) -> None:
+        self.pieces: dict[str, Any] = {}
+
+    @percache.hookimpl
+    def percache_store_chunk(self, ctx: Any, key: str, piece: Any, parent: Any, kv: Any, exact: bool) -> bool:
+        self.pieces[key] = piece
+        return True
+
+
+def test_fact_kv_is_written_through_the_store_chunk_hook_with_its_position(pair: Any) -> None:
+    pc, _ = _enable(pair)
+    other = _OtherStore()
+    pc.plugins.register(other)
+    reply = pc.chat(ASK, memory_scope="ana", max_new_tokens=3)
+    session = pc.sessions.get("default")
+    assert session.memory and reply.stats.memory_facts_stored == len(session.memory)
+    pos = len(session.head_ids) + len(session.memory_header)
+    for fact in session.memory:
+        key = fact_kv_key(pc.fingerprint, fact)
+        piece = other.pieces[key]
+        assert (piece.start, piece.token_ids, piece.segment.id) == (pos, fact.ids, fact.fact_id)
+        assert not pc.store.contains(key)  # the replacement took it; the built-in store none
+        pos += len(fact.ids)
+    pc.disable()
