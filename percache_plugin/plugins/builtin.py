@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from ..attention.gqa import grouped_sdpa
 from ..attention.hook_probe import eager_forward_of
 from ..attention.profile import PROFILES, ModelProfile
 from ..hooks.specs import hookimpl
@@ -31,7 +31,8 @@ log = logging.getLogger("percache")
 
 
 class DefaultAttention:
-    """sdpa, or the model's eager attention where it does not support sdpa (Gemma2)."""
+    """sdpa, or the model's eager attention where it does not support sdpa (Gemma2). sdpa keeps
+    grouped key/value heads ungrouped where transformers would copy them (``attention/gqa.py``)."""
 
     @hookimpl(trylast=True)
     def percache_attention(
@@ -44,7 +45,7 @@ class DefaultAttention:
         attention_mask: torch.Tensor | None,
         kwargs: dict[str, Any],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        fn = sdpa_attention_forward if ctx.capabilities.attention_backend == "sdpa" else eager_forward_of(module)
+        fn = grouped_sdpa if ctx.capabilities.attention_backend == "sdpa" else eager_forward_of(module)
         return fn(module, query, key, value, attention_mask, **kwargs)
 
 
