@@ -10,7 +10,7 @@ plain forwards over the summed cost of its drafted forwards. Answers are replaye
 benchmark's order, so the schedule's history across answers builds up as it would (one history
 per meeting, as the benchmark uses one handle per meeting).
 
-    python benchmarks/draft_replay.py TRACE.json [--cost vc.json] [--margin 1.0] [--prior 1 1]
+    python benchmarks/draft_replay.py TRACE.json [--cost vc.json [--setup packed]] [--margin 1.0] [--prior 1 1]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from transformers import GenerationConfig, MaxLengthCriteria, StoppingCriteriaList
 
 from percache_plugin.decode.acceptance import AcceptanceHistory
-from percache_plugin.decode.cost import SMOLLM2_CPU_COST, VerifyCost
+from percache_plugin.decode.cost import SMOLLM2_CPU_COST_PACKED, VerifyCost
 from percache_plugin.decode.schedule import DraftSchedule
 from percache_plugin.decode.sources import DraftSource
 from percache_plugin.decode.verify import DraftedDecoding
@@ -83,6 +83,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("trace", type=Path)
     p.add_argument("--cost", type=Path, default=None, help="verify_cost.py --json output")
+    p.add_argument("--setup", default="packed", help="the set-up of a --cost file measuring several")
     p.add_argument("--margin", type=float, default=1.0)
     p.add_argument("--prior", type=float, nargs=2, default=(DraftSchedule.prior_accepted, DraftSchedule.prior_rejected))
     p.add_argument("--only", default=None, help="comma-separated draft sources (default: every source and the output)")
@@ -92,9 +93,11 @@ def main() -> None:
     p.add_argument("--kinds", action="store_true",
                    help="print the acceptance by draft kind (every draft verified: cost 1.0 for the choice)")
     args = p.parse_args()
-    cost = SMOLLM2_CPU_COST
+    cost = SMOLLM2_CPU_COST_PACKED  # what drafted decoding uses by default on the CPU
     if args.cost is not None:
         ratio = json.loads(args.cost.read_text())["ratio"]
+        if args.setup in ratio:  # verify_cost.py measures several set-ups side by side
+            ratio = ratio[args.setup]
         cost = VerifyCost.of([ratio[str(k)] for k in range(1, len(ratio))])
     rows = json.loads(args.trace.read_text())["rows"]
     choose = VerifyCost((1.0,)) if args.kinds else cost

@@ -5,6 +5,11 @@ A forward feeds the pending token plus ``k`` draft tokens (``k = 0`` is plain de
 ``k + 1`` logits (``logits_to_keep``, as the drafted decoding loop does), and the cache is cropped
 back afterwards. The values of ``k`` are interleaved in every repeat; medians and minima.
 
+Three set-ups, interleaved too (``--setups`` picks): ``model`` (the model's own attention and
+linear kernels, percache off), ``gqa`` (percache enabled: its sdpa keeps grouped key/value heads
+ungrouped, ``attention/gqa.py``) and ``packed`` (that, and the linear layers over oneDNN-packed
+weights, ``decode/packed.py``: what drafted decoding runs with by default).
+
     python benchmarks/verify_cost.py [--cached 1500] [--max-k 16] [--repeats 15] [--threads 1]
 
 Prints a table and, with ``--json``, writes the per-k medians (``percache_plugin.decode.cost``
@@ -14,16 +19,21 @@ reads such a curve as a :class:`~percache_plugin.decode.cost.VerifyCost`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import DynamicCache
 
+import percache_plugin as percache
 from percache_plugin.bench.common import DEFAULT_QMSUM
 from percache_plugin.bundled import load_smollm2
+from percache_plugin.decode import PackedLinears
 from percache_plugin.rag.qmsum import iter_meetings, meeting_text
 
 
@@ -35,38 +45,53 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--setups", default="model,gqa,packed", help="comma-separated: model, gqa, packed")
     args = p.parse_args()
+    setups = args.setups.split(",")
+    if not setups or set(setups) - {"model", "gqa", "packed"}:
+        p.error(f"--setups: model, gqa and/or packed, got {args.setups!r}")
     torch.set_num_threads(args.threads)
     model, tok = load_smollm2()
+    pc = percache.enable(model, tok)
+    packed = PackedLinears(model)
+    contexts: dict[str, Callable[[], Any]] = {
+        "model": pc.disabled, "gqa": contextlib.nullcontext, "packed": packed.active}
     text = meeting_text(next(iter(iter_meetings(args.data))))
     ids = tok(text, add_special_tokens=False)["input_ids"][:args.cached + args.max_k + 1]
     cache = DynamicCache()
     with torch.inference_mode():
         model(input_ids=torch.tensor([ids[:args.cached]]), past_key_values=cache, use_cache=True)
         ks = list(range(args.max_k + 1))
-        times: dict[int, list[float]] = {k: [] for k in ks}
+        times: dict[tuple[str, int], list[float]] = {(s, k): [] for s in setups for k in ks}
         for r in range(args.repeats + 2):  # two warm-up rounds
-            for k in (ks if r % 2 == 0 else ks[::-1]):
-                feed = torch.tensor([ids[args.cached:args.cached + k + 1]])
-                t0 = time.perf_counter()
-                model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=k + 1)
-                dt = time.perf_counter() - t0
-                cache.crop(-(k + 1))
-                if r >= 2:
-                    times[k].append(dt)
-    base = statistics.median(times[0])
-    print(f"SmolLM2-135M, {args.cached} cached tokens, {args.threads} thread(s), {args.repeats} repeats")
-    print("| k (draft tokens) | median ms | min ms | median / one-token forward |")
-    print("|---|---|---|---|")
-    rows = {}
+            for setup in (setups if r % 2 == 0 else setups[::-1]):
+                with contexts[setup]():
+                    for k in (ks if r % 2 == 0 else ks[::-1]):
+                        feed = torch.tensor([ids[args.cached:args.cached + k + 1]])
+                        t0 = time.perf_counter()
+                        model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=k + 1)
+                        dt = time.perf_counter() - t0
+                        cache.crop(-(k + 1))
+                        if r >= 2:
+                            times[setup, k].append(dt)
+    pc.close()
+    base = {s: statistics.median(times[s, 0]) for s in setups}
+    print(f"SmolLM2-135M, {args.cached} cached tokens, {args.threads} thread(s), {args.repeats} repeats; "
+          "median ms (ratio to the set-up's one-token forward)")
+    print("| k (draft tokens) | " + " | ".join(setups) + " |")
+    print("|---|" + "---|" * len(setups))
+    rows: dict[str, dict[int, float]] = {s: {} for s in setups}
     for k in ks:
-        med = statistics.median(times[k])
-        rows[k] = med / base
-        print(f"| {k} | {med * 1e3:.1f} | {min(times[k]) * 1e3:.1f} | {med / base:.2f} |")
+        cells = []
+        for setup in setups:
+            med = statistics.median(times[setup, k])
+            rows[setup][k] = med / base[setup]
+            cells.append(f"{med * 1e3:.1f} ({med / base[setup]:.2f})")
+        print(f"| {k} | " + " | ".join(cells) + " |")
     if args.json is not None:
         args.json.write_text(json.dumps({"cached": args.cached, "threads": args.threads,
-                                         "one_token_ms": base * 1e3, "ratio": rows}, indent=1))
-
+                                         "one_token_ms": {s: base[s] * 1e3 for s in setups},
+                                         "ratio": rows}, indent=1))
 
 if __name__ == "__main__":
     main()

@@ -323,9 +323,20 @@ class Config:
     draft_verify_cost: tuple[float, ...] | None = _help(
         "What a forward verifying k = 1, 2, ... draft tokens costs, in one-token forwards (the "
         "last step repeats beyond the list): drafts are verified only where the tokens they are "
-        "expected to add pay for it. None: the curve measured for SmolLM2-135M on one CPU thread "
+        "expected to add pay for it. None: the curve measured for SmolLM2-135M on one CPU thread, "
+        "with or without packed linear weights (draft_packed_linears) as they are in use "
         "(benchmarks/verify_cost.py measures a model on its hardware; on a GPU it is near 1.0).",
         None,
+    )
+    draft_packed_linears: bool = _help(
+        "Drafted decoding computes the model's float32 CPU linear layers with oneDNN over weights "
+        "packed once (decode/packed.py): a forward verifying 1-8 draft tokens then costs about "
+        "1.1-1.3 one-token forwards instead of 1.5-2 with torch's MKL kernels (SmolLM2-135M, one "
+        "thread). The copies take the linear weights' memory once more (520 MB for SmolLM2-135M "
+        "in float32), the model's parameters are untouched, and the values differ from the "
+        "model's own kernels by float rounding (stats.packed_linear_calls counts such layers). "
+        "False: the model's own kernels.",
+        True,
     )
     memory_recall: bool = _help(
         "Before each chat turn, recall the facts of pc.memory (scope: chat's memory_scope) most "
@@ -498,8 +509,9 @@ class Config:
             raise ConfigError(f"prefix_block_tokens must be a positive int, got {block!r}")
 
     def _check_drafting(self) -> None:
-        if not isinstance(self.drafting, bool):
-            raise ConfigError(f"drafting must be True or False, got {self.drafting!r}")
+        for name in ("drafting", "draft_packed_linears"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.draft_sources is not None:
             if isinstance(self.draft_sources, str) or not isinstance(self.draft_sources, (tuple, list)) \
                     or not all(isinstance(n, str) and n for n in self.draft_sources):

@@ -35,10 +35,12 @@ from .core.capabilities import Capabilities
 from .core.preemption import Preempted, Preemption
 from .decode import (
     SMOLLM2_CPU_COST,
+    SMOLLM2_CPU_COST_PACKED,
     AcceptanceHistory,
     DraftedDecoding,
     DraftHints,
     DraftSchedule,
+    PackedLinears,
     VerifyCost,
     greedy_reason,
     run_generate,
@@ -79,6 +81,7 @@ class Engine:
         self.preemption = preemption or Preemption()
         self._totals = StatsTotals()
         self.draft_history = AcceptanceHistory()  # how drafts of each kind fared across answers
+        self._packed: PackedLinears | None = None  # Config.draft_packed_linears, packed at first use
         self.plugins: pluggy.PluginManager = make_plugin_manager()
         for plugin in plugins:  # before anything asks the hooks (the model profile, below)
             self.plugins.register(plugin)
@@ -187,6 +190,7 @@ class Engine:
                 release(self.model, self._relay)
                 release_mask_provider(self.model)
                 self._stores.close()
+                self._packed = None
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
@@ -264,9 +268,16 @@ class Engine:
             stats.drafting = reason
             return None
         sources = self.hooks.draft_sources(self.ctx, prompt, hints or DraftHints())
+        if not self.config.draft_packed_linears:
+            self._packed = None  # switched off: the copies are freed
+        elif self._packed is None:
+            self._packed = PackedLinears.of(self.model)  # None where nothing packs (not float32 CPU)
         cost = self.config.draft_verify_cost
-        schedule = DraftSchedule(cost=VerifyCost(cost) if cost else SMOLLM2_CPU_COST, history=self.draft_history)
-        return DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources, schedule)
+        curve = VerifyCost(cost) if cost else SMOLLM2_CPU_COST_PACKED if self._packed else SMOLLM2_CPU_COST
+        schedule = DraftSchedule(cost=curve, history=self.draft_history)
+        drafting = DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources, schedule)
+        drafting.linears = self._packed
+        return drafting
 
     def complete(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> Generation:
         """Generate from a plain prompt (text, tokenized with the tokenizer's special tokens and

@@ -44,6 +44,7 @@ class GenerationStats:
     decode_forwards: int = 0  # model forwards during decoding (the first token's included)
     forwards_saved: int = 0  # new_tokens - decode_forwards: forwards plain decoding would add
     drafts_declined: int = 0  # drafts found but not verified: not expected to pay for the forward
+    packed_linear_calls: int = 0  # linear layers drafted decoding computed over packed weights (Config.draft_packed_linears)
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
 

@@ -2,9 +2,10 @@
 copied from the prompt, the QA bank and the conversation, verified by the model."""
 
 from .acceptance import AcceptanceHistory, Tally, draft_kind
-from .cost import SMOLLM2_CPU_COST, VerifyCost
+from .cost import SMOLLM2_CPU_COST, SMOLLM2_CPU_COST_PACKED, VerifyCost
 from .generate import context_limit, dtype_device, greedy_reason, run_generate
 from .lookup import Draft, DraftIndex
+from .packed import PackedLinears
 from .schedule import DraftSchedule
 from .sources import DraftHints, DraftSource, prompt_source, text_source
 from .verify import DraftCounts, DraftedDecoding
@@ -12,4 +13,4 @@ from .verify import DraftCounts, DraftedDecoding
 __all__ = ["context_limit", "dtype_device", "greedy_reason", "run_generate", "Draft", "DraftIndex",
            "DraftSchedule", "DraftHints", "DraftSource", "prompt_source", "text_source",
            "DraftCounts", "DraftedDecoding", "AcceptanceHistory", "Tally", "draft_kind",
-           "SMOLLM2_CPU_COST", "VerifyCost"]
+           "SMOLLM2_CPU_COST", "SMOLLM2_CPU_COST_PACKED", "VerifyCost", "PackedLinears"]

@@ -1,10 +1,11 @@
 """What a verify forward costs: the time of a forward that feeds the pending token plus ``k``
 draft tokens, in units of a one-token forward (plain decoding's step).
 
-On a GPU such a forward costs about as much as a one-token forward for small ``k``; on a CPU
-with one thread every extra row of the matrix products costs, and SmolLM2-135M measured about
-2x a one-token forward already at ``k = 1`` (``benchmarks/verify_cost.py``). A draft pays only
-when the tokens it is expected to add outweigh that: :class:`~percache_plugin.decode.schedule.DraftSchedule`
+On a GPU such a forward costs about as much as a one-token forward for small ``k``. On a CPU with
+one thread, torch's MKL kernels repack every weight matrix for more than one input row, and
+SmolLM2-135M measured about 1.5-2x a one-token forward already at ``k = 1``
+(``benchmarks/verify_cost.py``); over oneDNN-packed weights (:mod:`~percache_plugin.decode.packed`)
+1.0-1.15x up to ``k = 5``. A draft pays only when the tokens it is expected to add outweigh that: :class:`~percache_plugin.decode.schedule.DraftSchedule`
 reads the curve to choose the draft length (or none).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["VerifyCost", "SMOLLM2_CPU_COST"]
+__all__ = ["VerifyCost", "SMOLLM2_CPU_COST", "SMOLLM2_CPU_COST_PACKED"]
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,12 @@ class VerifyCost:
         return self.ratios[-1] + max(0.0, slope) * (k - n)
 
 
-SMOLLM2_CPU_COST = VerifyCost((1.7, 2.0, 1.5, 1.65, 1.8, 1.9, 1.9, 1.9, 2.0, 2.05, 2.1, 2.2, 2.25, 2.3, 2.3, 2.3))
-"""SmolLM2-135M (fp32) on one CPU thread over a 600-700-token cache, k = 1..16: the mean of
-``benchmarks/verify_cost.py --cached 600`` and of the forwards timed inside the drafted decoding
-loop (docs/BENCHMARKS.md, "Decoding with verified drafts"), both measured on a loaded 2-core
-machine. Feeding 4 tokens (k = 3) measured cheaper than feeding 2 or 3 in both."""
+SMOLLM2_CPU_COST = VerifyCost((1.48, 1.82, 1.36, 1.45, 1.42, 1.65, 1.52, 1.57, 1.58, 1.69, 1.67, 1.8, 1.78, 1.88, 1.95, 1.95))
+"""SmolLM2-135M (fp32) on one CPU thread over a 600-token cache, k = 1..16, with the model's own
+linear kernels and percache's attention (``benchmarks/verify_cost.py --cached 600``, set-up
+``gqa``; docs/BENCHMARKS.md, "What a verify forward costs"): the schedule's curve when the
+weights are not packed (``Config.draft_packed_linears`` off, or nothing to pack)."""
+
+SMOLLM2_CPU_COST_PACKED = VerifyCost((1.14, 1.13, 1.02, 1.08, 1.09, 1.21, 1.24, 1.22, 1.19, 1.25, 1.34, 1.3, 1.32, 1.39, 1.27, 1.49))
+"""The same with the linear layers over oneDNN-packed weights (set-up ``packed``): the
+default curve of drafted decoding on the CPU."""

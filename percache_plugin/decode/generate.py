@@ -142,6 +142,7 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
         stats.decode_forwards = c.forwards
         stats.forwards_saved = len(new) - c.forwards
         stats.drafts_declined = c.declined
+        stats.packed_linear_calls = c.packed_calls
         stats.drafted_by_source = dict(c.drafted_by_source)
         stats.accepted_by_source = dict(c.accepted_by_source)
     if check is not None and check.fired:

@@ -18,6 +18,7 @@ as generate's own loop does): a model that derives positions itself when none ar
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from collections.abc import Collection, Sequence
@@ -28,6 +29,7 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .lookup import OUTPUT, Draft, DraftIndex
+from .packed import PackedLinears
 from .schedule import DraftSchedule
 from .sources import DraftSource
 
@@ -54,6 +56,7 @@ class DraftCounts:
     accepted: int = 0
     new_tokens: int = 0
     declined: int = 0  # drafts found but not verified: not expected to pay for the forward
+    packed_calls: int = 0  # linear layers computed over oneDNN-packed weights (decode/packed.py)
     forward_s: list[tuple[int, float]] = field(default_factory=list)  # (draft tokens fed, seconds) per forward
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
@@ -75,6 +78,8 @@ class DraftedDecoding:
     :ivar draft_in_prefill: whether the first forward (the uncached prompt) also verifies
         drafts; False keeps the time to the first token that of the prompt alone (a chat turn
         computes ~30-60 tokens, where 7 draft tokens more cost ~20% of it).
+    :ivar linears: packed linear weights every forward of the loop computes with (the values
+        differ from the model's own kernels by float rounding); None: the model's kernels.
     """
 
     def __init__(self, index: DraftIndex, schedule: DraftSchedule | None = None) -> None:
@@ -82,6 +87,7 @@ class DraftedDecoding:
         self.schedule = schedule or DraftSchedule()
         self.counts = DraftCounts()
         self.draft_in_prefill = True
+        self.linears: PackedLinears | None = None
 
     @classmethod
     def from_sources(cls, sources: Sequence[DraftSource], prompt: Sequence[int],
@@ -133,8 +139,11 @@ class DraftedDecoding:
                 past = cache.get_seq_length()
                 positions = extend_positions(positions, past + feed.shape[1])
                 extra["position_ids"] = positions[..., past:past + feed.shape[1]]
+            route = self.linears.active() if self.linears is not None else contextlib.nullcontext()
             t0 = time.perf_counter()
-            out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
+            with route:
+                out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
+            c.packed_calls += getattr(route, "calls", 0)
             c.forward_s.append((len(tokens), time.perf_counter() - t0))
             c.forwards += 1
             logits = out.logits[0, -(len(tokens) + 1):].to(dtype=torch.float32)

@@ -1,0 +1,147 @@
+"""Linear layers over weights packed once for oneDNN, for the forwards of drafted decoding.
+
+On the CPU, torch computes a float32 linear layer with MKL's ``sgemm``, which repacks the whole
+weight matrix at every call with more than one input row. A forward feeding 2-4 tokens then reads
+and writes each weight more than once, and the one that verifies a draft costs 1.5-2x a one-token
+forward where the weights' memory traffic should make it cost about the same (SmolLM2-135M
+on one thread, docs/BENCHMARKS.md, "What a verify forward costs": 2 rows cost 1.6x one row for
+the 1536x576 projections and 2.0x for the 49152x576 lm_head). oneDNN over a weight reordered once
+into its blocked layout costs about one row's time for 1-9 rows.
+
+:class:`PackedLinears` holds such copies of a model's float32 CPU ``nn.Linear`` weights (the
+model's parameters are not touched: its fingerprint and every other path see the same tensors)
+and, as a context manager, routes ``torch.nn.functional.linear`` calls on those weights to
+``torch.ops.mkldnn._linear_pointwise`` through a :class:`~torch.overrides.TorchFunctionMode`
+(torch's own interception seam; nothing of the model's code is replaced, and the mode is
+thread-local, entered only around the forwards of one drafted decoding). The results differ
+from MKL's by float rounding only (another summation order, as between MKL's one-row and
+several-row kernels); a weight changed in place since it was packed is computed with the
+model's own kernel (:attr:`PackedLinears.stale_calls`). The copies cost the memory of the
+linear weights once more (SmolLM2-135M: 520 MB in float32); ``Config.draft_packed_linears``
+switches them off.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["PackedLinears", "packing_problem"]
+
+_LINEAR: tuple[Callable[..., Any], ...] = (torch.nn.functional.linear, torch._C._nn.linear)
+
+
+def packing_problem(model: torch.nn.Module) -> str:
+    """Why :meth:`PackedLinears.of` would pack nothing for ``model`` ("" when it packs)."""
+    if not torch.backends.mkldnn.is_available():
+        return "torch was built without oneDNN (mkldnn)"
+    ops = torch.ops.mkldnn
+    if not (hasattr(ops, "_linear_pointwise") and hasattr(ops, "_reorder_linear_weight")):
+        return "this torch has no oneDNN linear ops (mkldnn._linear_pointwise, _reorder_linear_weight)"
+    if not any(_packable(m) for m in model.modules()):
+        return "no float32 nn.Linear weights on the CPU"
+    return ""
+
+
+def _packable(module: torch.nn.Module) -> bool:
+    w = getattr(module, "weight", None)
+    return (isinstance(module, torch.nn.Linear) and isinstance(w, torch.Tensor) and w.dim() == 2
+            and w.dtype == torch.float32 and w.device.type == "cpu")
+
+
+def _version_of(w: torch.Tensor) -> int:
+    """The in-place version counter of ``w`` (-1 for an inference tensor, which has none)."""
+    try:
+        return int(w._version)
+    except RuntimeError:
+        return -1
+
+
+@dataclass
+class _Packed:
+    weight: weakref.ref[torch.Tensor]
+    version: int
+    data_ptr: int
+    packed: torch.Tensor
+
+
+class _Route(TorchFunctionMode):
+    def __init__(self, owner: PackedLinears) -> None:
+        super().__init__()
+        self.owner = owner
+        self.calls = 0  # linear calls computed over packed weights while this mode was entered
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _LINEAR:
+            out = self.owner.linear(*args, **kwargs)
+            if out is not None:
+                self.calls += 1
+                return out
+        return func(*args, **kwargs)
+
+
+class PackedLinears:
+    """oneDNN-packed copies of ``model``'s float32 CPU linear weights; ``with packed.active():``
+    computes the linear layers on those weights with them (see the module docstring).
+
+    :ivar calls: linear calls computed over a packed weight.
+    :ivar stale_calls: calls on a packed weight that changed since it was packed (computed
+        with the model's own kernel instead).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        problem = packing_problem(model)
+        if problem:
+            raise ValueError(f"cannot pack {type(model).__name__}'s linear weights: {problem}")
+        self._table: dict[int, _Packed] = {}
+        with torch.no_grad():
+            for module in model.modules():
+                w = getattr(module, "weight", None)
+                if isinstance(w, torch.Tensor) and _packable(module) and id(w) not in self._table:
+                    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
+                    self._table[id(w)] = _Packed(weakref.ref(w), _version_of(w), w.data_ptr(), packed)
+        self.calls = 0
+        self.stale_calls = 0
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> PackedLinears | None:
+        """Packed weights for ``model``, or None where nothing can be packed (:func:`packing_problem`)."""
+        return None if packing_problem(model) else cls(model)
+
+    @property
+    def weights(self) -> int:
+        """How many weight matrices are packed."""
+        return len(self._table)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the packed copies take (their elements; oneDNN's opaque tensors show no storage)."""
+        return sum(p.packed.numel() * p.packed.element_size() for p in self._table.values())
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | None:
+        """``F.linear(x, weight, bias)`` over the packed copy of ``weight``; None where ``weight``
+        is not packed (or changed since) or ``x`` is not a float32 CPU tensor."""
+        entry = self._table.get(id(weight))
+        if entry is None or entry.weight() is not weight:
+            return None
+        if not (isinstance(x, torch.Tensor) and x.dtype == torch.float32 and x.device.type == "cpu"
+                and x.dim() >= 2 and x.shape[-1] == weight.shape[1]):
+            return None
+        if _version_of(weight) != entry.version or weight.data_ptr() != entry.data_ptr:
+            self.stale_calls += 1
+            return None
+        self.calls += 1
+        return torch.ops.mkldnn._linear_pointwise(x, entry.packed, bias, "none", [], "")
+
+    def active(self) -> _Route:
+        """A context manager (a ``TorchFunctionMode``) routing the linear calls on packed weights
+        to the packed copies in this thread while it is entered; its ``calls`` counts them (a
+        new one per use: threads do not share it)."""
+        return _Route(self)

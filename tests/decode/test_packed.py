@@ -1,0 +1,100 @@
+"""Linear layers over oneDNN-packed weights: the model's values to float rounding, the model
+untouched, weights changed in place computed with the model's own kernel."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import percache_plugin as percache
+from percache_plugin.decode import PackedLinears
+from percache_plugin.decode.packed import packing_problem
+from percache_plugin.fingerprint import model_fingerprint
+from tests.helpers import SEGMENTS, baseline, tiny_pair
+from tests.models import tiny_model
+
+pytestmark = pytest.mark.skipif(bool(packing_problem(torch.nn.Linear(2, 2))),
+                                reason=packing_problem(torch.nn.Linear(2, 2)) or "")
+
+
+def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(input_ids=ids).logits
+
+
+def test_packed_forward_gives_the_models_values_to_rounding() -> None:
+    model = tiny_model("llama")
+    ids = torch.arange(3, 20).view(1, -1)
+    plain = _logits(model, ids)
+    packed = PackedLinears(model)
+    assert packed.weights == sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert packed.nbytes > 0
+    with packed.active() as route:
+        ours = _logits(model, ids)
+    assert route.calls == packed.calls > 0
+    torch.testing.assert_close(ours, plain, rtol=1e-5, atol=1e-5)
+    assert torch.equal(_logits(model, ids), plain)  # outside the block: the model's own kernels
+
+
+def test_the_model_is_untouched() -> None:
+    model, tok = tiny_pair("llama")
+    before = model_fingerprint(model, tok)
+    params = {n: p.clone() for n, p in model.named_parameters()}
+    packed = PackedLinears(model)
+    with packed.active():
+        _logits(model, torch.arange(3, 9).view(1, -1))
+    assert model_fingerprint(model, tok) == before
+    assert all(torch.equal(p, params[n]) for n, p in model.named_parameters())
+
+
+def test_a_weight_changed_in_place_is_computed_with_the_models_kernel() -> None:
+    model = tiny_model("llama")
+    packed = PackedLinears(model)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.mul_(2.0)
+    ids = torch.arange(3, 20).view(1, -1)
+    plain = _logits(model, ids)
+    with packed.active():
+        ours = _logits(model, ids)
+    assert packed.stale_calls > 0
+    torch.testing.assert_close(ours, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_other_threads_are_not_routed() -> None:
+    model = tiny_model("llama")
+    packed = PackedLinears(model)
+    ids = torch.arange(3, 20).view(1, -1)
+    done = threading.Event()
+
+    def other() -> None:
+        _logits(model, ids)
+        done.set()
+
+    with packed.active() as route:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert done.is_set() and route.calls == 0 and packed.calls == 0
+
+
+def test_nothing_to_pack_is_said() -> None:
+    model = tiny_model("llama", dtype=torch.bfloat16)
+    assert "float32" in packing_problem(model)
+    assert PackedLinears.of(model) is None
+    with pytest.raises(ValueError, match="float32"):
+        PackedLinears(model)
+
+
+def test_drafted_decoding_with_packed_weights_keeps_the_plain_tokens() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, draft_verify_cost=(1.0,))
+    plain, _ = baseline(model, pc.prompt(SEGMENTS).input_ids, max_new_tokens=24)
+    gen = pc.generate(SEGMENTS, max_new_tokens=24)
+    assert gen.token_ids == plain and gen.stats.drafting == "on"
+    assert gen.stats.packed_linear_calls > 0
+    pc.configure(draft_packed_linears=False)
+    gen = pc.generate(SEGMENTS, max_new_tokens=24)
+    assert gen.token_ids == plain and gen.stats.packed_linear_calls == 0
+    pc.close()
