@@ -330,9 +330,9 @@ class Config:
     )
     draft_packed_linears: bool = _help(
         "Drafted decoding computes the model's float32 CPU linear layers with oneDNN over weights "
-        "packed once (decode/packed.py): a forward verifying 1-8 draft tokens then costs about "
-        "1.1-1.3 one-token forwards instead of 1.5-2 with torch's MKL kernels (SmolLM2-135M, one "
-        "thread). The copies take the linear weights' memory once more (520 MB for SmolLM2-135M "
+        "packed once (decode/packed.py) in the forwards that verify drafts: one verifying 1-8 "
+        "draft tokens then costs about 1.1-1.3 one-token forwards instead of 1.4-2 with torch's "
+        "MKL kernels (SmolLM2-135M, one thread). The copies take the linear weights' memory once more (520 MB for SmolLM2-135M "
         "in float32), the model's parameters are untouched, and the values differ from the "
         "model's own kernels by float rounding (stats.packed_linear_calls counts such layers). "
         "False: the model's own kernels.",

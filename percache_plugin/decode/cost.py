@@ -5,7 +5,7 @@ On a GPU such a forward costs about as much as a one-token forward for small ``k
 one thread, torch's MKL kernels repack every weight matrix for more than one input row, and
 SmolLM2-135M measured about 1.5-2x a one-token forward already at ``k = 1``
 (``benchmarks/verify_cost.py``); over oneDNN-packed weights (:mod:`~percache_plugin.decode.packed`)
-1.0-1.15x up to ``k = 5``. A draft pays only when the tokens it is expected to add outweigh that: :class:`~percache_plugin.decode.schedule.DraftSchedule`
+1.1-1.3x up to ``k = 8``. A draft pays only when the tokens it is expected to add outweigh that: :class:`~percache_plugin.decode.schedule.DraftSchedule`
 reads the curve to choose the draft length (or none).
 """
 
@@ -49,12 +49,13 @@ class VerifyCost:
         return self.ratios[-1] + max(0.0, slope) * (k - n)
 
 
-SMOLLM2_CPU_COST = VerifyCost((1.48, 1.82, 1.36, 1.45, 1.42, 1.65, 1.52, 1.57, 1.58, 1.69, 1.67, 1.8, 1.78, 1.88, 1.95, 1.95))
+SMOLLM2_CPU_COST = VerifyCost((1.66, 1.97, 1.42, 1.7, 1.56, 1.72, 1.7, 1.91, 1.93, 1.92, 1.95, 1.99, 2.08, 2.21, 2.32, 2.28))
 """SmolLM2-135M (fp32) on one CPU thread over a 600-token cache, k = 1..16, with the model's own
 linear kernels and percache's attention (``benchmarks/verify_cost.py --cached 600``, set-up
 ``gqa``; docs/BENCHMARKS.md, "What a verify forward costs"): the schedule's curve when the
 weights are not packed (``Config.draft_packed_linears`` off, or nothing to pack)."""
 
-SMOLLM2_CPU_COST_PACKED = VerifyCost((1.14, 1.13, 1.02, 1.08, 1.09, 1.21, 1.24, 1.22, 1.19, 1.25, 1.34, 1.3, 1.32, 1.39, 1.27, 1.49))
-"""The same with the linear layers over oneDNN-packed weights (set-up ``packed``): the
-default curve of drafted decoding on the CPU."""
+SMOLLM2_CPU_COST_PACKED = VerifyCost((1.29, 1.25, 1.11, 1.14, 1.08, 1.25, 1.18, 1.19, 1.27, 1.29, 1.4, 1.36, 1.4, 1.53, 1.5, 1.59))
+"""The same with the linear layers of the verify forwards over oneDNN-packed weights (set-up
+``packed``; the one-token forward the model's own): the default curve of drafted decoding on
+the CPU. Both curves from one run interleaving the set-ups, at a load average of 6-8."""

@@ -13,7 +13,7 @@ model's parameters are not touched: its fingerprint and every other path see the
 and, as a context manager, routes ``torch.nn.functional.linear`` calls on those weights to
 ``torch.ops.mkldnn._linear_pointwise`` through a :class:`~torch.overrides.TorchFunctionMode`
 (torch's own interception seam; nothing of the model's code is replaced, and the mode is
-thread-local, entered only around the forwards of one drafted decoding). The results differ
+thread-local, entered only around the forwards that verify drafts). The results differ
 from MKL's by float rounding only (another summation order, as between MKL's one-row and
 several-row kernels); a weight changed in place since it was packed is computed with the
 model's own kernel (:attr:`PackedLinears.stale_calls`). The copies cost the memory of the

@@ -78,8 +78,9 @@ class DraftedDecoding:
     :ivar draft_in_prefill: whether the first forward (the uncached prompt) also verifies
         drafts; False keeps the time to the first token that of the prompt alone (a chat turn
         computes ~30-60 tokens, where 7 draft tokens more cost ~20% of it).
-    :ivar linears: packed linear weights every forward of the loop computes with (the values
-        differ from the model's own kernels by float rounding); None: the model's kernels.
+    :ivar linears: packed linear weights the forwards that verify draft tokens compute with (the
+        values differ from the model's own kernels by float rounding; a one-token forward uses
+        the model's kernels, exactly as plain decoding); None: the model's kernels throughout.
     """
 
     def __init__(self, index: DraftIndex, schedule: DraftSchedule | None = None) -> None:
@@ -139,7 +140,8 @@ class DraftedDecoding:
                 past = cache.get_seq_length()
                 positions = extend_positions(positions, past + feed.shape[1])
                 extra["position_ids"] = positions[..., past:past + feed.shape[1]]
-            route = self.linears.active() if self.linears is not None else contextlib.nullcontext()
+            # Packed weights only where draft tokens are fed: a one-token forward is plain decoding's own.
+            route = self.linears.active() if self.linears is not None and tokens else contextlib.nullcontext()
             t0 = time.perf_counter()
             with route:
                 out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
