@@ -119,9 +119,9 @@ class Config:
     )
     ram_cache_policy: str = _help(
         "Replacement policy of the RAM tier: 'llm' (sequential/loop/hot classes with loop "
-        "pinning, falling back to recency or frequency where those have done better on this "
-        "workload), 'llm-static' (the classes alone), 'lru', 'lfu', 'lecar', or a name a plugin "
-        "registers through the percache_register_buffer_policies hook.",
+        "pinning, falling back to recency, frequency or LeCaR's mix of both where those have done "
+        "better on this workload), 'llm-static' (the classes alone), 'lru', 'lfu', 'lecar', or a "
+        "name a plugin registers through the percache_register_buffer_policies hook.",
         "llm",
     )
     kv_trace: str | None = _help(

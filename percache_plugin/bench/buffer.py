@@ -5,8 +5,9 @@ replay of the K/V store's access pattern under QMSum-like questions, (ii) chat s
 repeated persona prefix and a growing session), (iii) real weight reads of a random-weight Llama
 whose decoder layers are offloaded to disk (accelerate), over a few generated tokens. For each,
 the hit ratio of LRU, LFU, LeCaR and the LLM-aware policy at cache sizes from 5% to 100% of the
-trace's distinct blocks; one plot per trace. ``--kv-trace`` adds a recorded K/V trace (e.g. from
-``benchmarks/kv_trace_replay.py``, real QMSum questions and retrieval).
+trace's distinct blocks; one plot per trace. ``--kv-trace`` adds recorded K/V traces (e.g. from
+``benchmarks/kv_trace_replay.py``, real QMSum questions and retrieval, or from
+``benchmarks/e2e_kv_trace.py``; those of docs/BENCHMARKS.md are in ``benchmarks/data/traces/``).
 """
 
 from __future__ import annotations

@@ -32,3 +32,16 @@ def test_a_recorded_kv_trace_is_read_and_a_missing_one_named(tmp_path) -> None:
         recorded_trace(tmp_path / "none.csv")
     res = sweep(recorded_trace(trace), 1024)
     assert res["reads"] == 48 and res["distinct_blocks"] == 16
+
+
+def test_the_committed_kv_traces_are_those_of_the_benchmarks_doc() -> None:
+    from pathlib import Path
+
+    from percache_plugin.bench.buffer import recorded_trace
+    from percache_plugin.buffer.trace import blocks
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "traces"
+    expected = {"kv-replay": (876, 514), "kv-e2e": (228, 138), "kv-e2e-2streams": (76, 36)}
+    for name, (reads, distinct) in expected.items():
+        bl = list(blocks(recorded_trace(folder / f"{name}.csv"), 1 << 20))
+        assert (len(bl), len({k for k, _, _ in bl})) == (reads, distinct), name
