@@ -41,7 +41,8 @@ def test_the_committed_kv_traces_are_those_of_the_benchmarks_doc() -> None:
     from percache_plugin.buffer.trace import blocks
 
     folder = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "traces"
-    expected = {"kv-replay": (876, 514), "kv-e2e": (228, 138), "kv-e2e-2streams": (76, 36)}
+    expected = {"kv-replay": (876, 514), "kv-e2e": (228, 138), "kv-e2e-2streams": (76, 36),
+                "kv-e2e-3users": (120, 71)}
     for name, (reads, distinct) in expected.items():
         bl = list(blocks(recorded_trace(folder / f"{name}.csv"), 1 << 20))
         assert (len(bl), len({k for k, _, _ in bl})) == (reads, distinct), name
