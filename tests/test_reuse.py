@@ -57,3 +57,21 @@ def test_a_cached_request_prefetches_its_planned_nodes_before_loading_them(tmp_p
     loads = [keys[0] for what, keys in order.calls if what == "load"]
     assert g.stats.nodes_reused == len(loads) > 0
     assert order.calls[0] == ("prefetch", tuple(loads))
+
+
+def test_a_cached_generate_joins_each_layer_in_its_first_forward(tmp_path, monkeypatch) -> None:
+    # The chunks are concatenated by the first forward with its new tokens (one copy), not read
+    # out beforehand by generate() or percache (which would make a second copy of every layer).
+    from percache_plugin.kv.cache import DeferredLayer
+
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=0)
+    first = pc.generate(SEGMENTS, max_new_tokens=4, do_sample=False)
+    joins: list[bool] = []
+    join = DeferredLayer._join
+    monkeypatch.setattr(DeferredLayer, "_join",
+                        lambda self, extra=None: joins.append(extra is not None) or join(self, extra))
+    again = pc.generate(SEGMENTS, max_new_tokens=4, do_sample=False)
+    pc.close()
+    assert again.stats.tokens_reused > 0 and again.text == first.text
+    assert joins == [True] * model.config.num_hidden_layers

@@ -1,7 +1,8 @@
 """A RAM tier in front of the K/V store: verified, ready-to-use chunk tensors under a byte budget.
 
 A hit costs no disk read, no checksum and no copy: the tier returns the tensors it holds (the
-request's cache is then filled from them in one copy, :func:`~percache_plugin.kv.cache.cache_from_chunks`).
+request's cache takes them as they are and the first forward concatenates them with its new
+tokens in the one copy it makes anyway, :func:`~percache_plugin.kv.cache.cache_from_chunks`).
 Callers must not mutate what :meth:`KVRamTier.get` returns.
 
 It never serves stale data. Every entry remembers the version of the store row it was loaded

@@ -11,7 +11,7 @@ from transformers.cache_utils import DynamicLayer
 
 from .store import ChunkKV
 
-__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache", "layer_kv", "AdoptingLayer"]
+__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache", "layer_kv", "DeferredLayer"]
 
 
 def empty_cache() -> DynamicCache:
@@ -20,35 +20,83 @@ def empty_cache() -> DynamicCache:
     return DynamicCache()
 
 
-class AdoptingLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose first update keeps the tensors it is given as its storage
-    instead of concatenating them onto an empty tensor (a second copy of the whole layer).
-    Only for tensors made for this cache: nothing else may hold them. Afterwards (and after
-    ``reset``) it behaves as its parent: later updates concatenate into new tensors."""
+class DeferredLayer(DynamicLayer):
+    """A ``DynamicLayer`` built from the chunks' K/V (``[1, heads, T_i, dim]`` each) that
+    concatenates them only when first needed: on its first :meth:`update`, together with the new
+    states in the same ``torch.cat`` (one copy, the one the model's first forward over any built
+    cache makes anyway: ``DynamicLayer.update`` concatenates), or when ``keys``/``values`` are
+    read or set before that (then alone). The parts are never written to, handed out or kept
+    after that: the chunks' tensors (the RAM tier's, say) stay as they were, and ``generate``
+    may mutate the cache freely. Afterwards it behaves as its parent."""
+
+    def __init__(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
+        self._parts: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        super().__init__()
+        if not keys or len(keys) != len(values):
+            raise ValueError("a deferred layer needs as many key as value parts, at least one")
+        self._parts = (list(keys), list(values))
+        self._length = sum(int(k.shape[-2]) for k in keys)
+        self.dtype, self.device = keys[0].dtype, keys[0].device
+        self.is_initialized = True
+
+    @property
+    def deferred(self) -> bool:
+        """Whether the parts are not concatenated yet."""
+        return self._parts is not None
+
+    def _join(self, extra: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        assert self._parts is not None
+        (pk, pv), self._parts = self._parts, None
+        self._keys = torch.cat(pk if extra is None else [*pk, extra[0]], dim=-2)
+        self._values = torch.cat(pv if extra is None else [*pv, extra[1]], dim=-2)
+
+    @property  # type: ignore[override]
+    def keys(self) -> torch.Tensor | None:
+        if self._parts is not None:
+            self._join()
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        if self._parts is not None:
+            self._join()
+        self._keys = value
+
+    @property  # type: ignore[override]
+    def values(self) -> torch.Tensor | None:
+        if self._parts is not None:
+            self._join()
+        return self._values
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        if self._parts is not None:
+            self._join()
+        self._values = value
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.is_initialized:
+        if self._parts is None:
             return super().update(key_states, value_states, *args, **kwargs)
-        self.lazy_initialization(key_states, value_states)
-        self.keys, self.values = key_states, value_states
-        return key_states, value_states
+        self._join((key_states, value_states))
+        return self._keys, self._values  # type: ignore[return-value]
+
+    def get_seq_length(self) -> int:
+        return self._length if self._parts is not None else super().get_seq_length()
 
 
 def cache_from_chunks(chunks: Sequence[ChunkKV], dtype: torch.dtype, device: torch.device) -> DynamicCache:
-    """A fresh cache holding the chunks' K/V back to back (batch of one).
-
-    One copy per layer: ``torch.cat`` of the chunks (of one chunk too) makes a new tensor, which
-    an :class:`AdoptingLayer` keeps as it is, so ``generate`` may mutate the cache freely and
-    never touches the chunks' tensors (the RAM tier's, say). Filled through the public
-    ``Cache.update`` (one call per layer).
-    """
+    """A fresh cache holding the chunks' K/V back to back (batch of one), in
+    :class:`DeferredLayer` s: nothing is copied here; each layer's chunks are concatenated by the
+    first forward, with its new tokens, in the one copy that forward makes anyway (chunks in
+    another dtype or device are converted first, a copy of their own)."""
     cache = empty_cache()
     for layer in range(len(chunks[0].keys)):
-        k = torch.cat([c.keys[layer] for c in chunks], dim=1).to(device=device, dtype=dtype)
-        v = torch.cat([c.values[layer] for c in chunks], dim=1).to(device=device, dtype=dtype)
-        cache.layers.append(AdoptingLayer())
-        cache.update(k.unsqueeze(0), v.unsqueeze(0), layer)
+        keys = [c.keys[layer].unsqueeze(0).to(device=device, dtype=dtype) for c in chunks]
+        values = [c.values[layer].unsqueeze(0).to(device=device, dtype=dtype) for c in chunks]
+        cache.layers.append(DeferredLayer(keys, values))
     return cache
 
 

@@ -1,7 +1,10 @@
+import pytest
 import torch
+from transformers import DynamicCache
 
-from percache_plugin.kv.cache import AdoptingLayer, cache_from_chunks, layer_kv
+from percache_plugin.kv.cache import DeferredLayer, cache_from_chunks, layer_kv, slice_chunk
 from percache_plugin.kv.chunk import ChunkKV
+from tests.models import tiny_model
 
 
 def chunk(value: float, n: int, layers: int = 2) -> ChunkKV:
@@ -13,19 +16,20 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def test_chunks_are_copied_once_into_the_cache() -> None:
+def test_chunks_read_back_concatenated_never_shared() -> None:
     chunks = [chunk(1.0, 3), chunk(2.0, 5)]
     cache = cache_from_chunks(chunks, torch.float32, torch.device("cpu"))
-    assert cache.get_seq_length() == 8
+    assert cache.get_seq_length() == 8  # known before anything is concatenated
+    assert all(isinstance(layer, DeferredLayer) and layer.deferred for layer in cache.layers)
     for i in range(2):
-        keys, values = layer_kv(cache, i)
+        keys, values = layer_kv(cache, i)  # reading them concatenates the parts alone
         assert keys.shape == (1, 2, 8, 4)
         assert torch.equal(keys[0], torch.cat([c.keys[i] for c in chunks], dim=1))
         assert torch.equal(values[0], torch.cat([c.values[i] for c in chunks], dim=1))
         assert not any(shares_memory(keys, c.keys[i]) for c in chunks)
 
 
-def test_one_chunk_is_copied_too() -> None:
+def test_one_chunk_is_never_written_through_the_cache() -> None:
     c = chunk(1.0, 4)
     cache = cache_from_chunks([c], torch.float32, torch.device("cpu"))
     keys, _ = layer_kv(cache, 0)
@@ -33,12 +37,55 @@ def test_one_chunk_is_copied_too() -> None:
     assert float(c.keys[0][0, 0, 0]) == 1.0
 
 
-def test_adopting_layer_keeps_the_first_tensors_then_appends() -> None:
-    layer = AdoptingLayer()
-    k, v = torch.zeros(1, 2, 3, 4), torch.ones(1, 2, 3, 4)
-    keys, values = layer.update(k, v)
-    assert keys is k and values is v  # no second copy
-    more_k, more_v = layer.update(torch.full((1, 2, 1, 4), 5.0), torch.full((1, 2, 1, 4), 6.0))
-    assert more_k.shape[-2] == 4 and float(more_k[0, 0, -1, 0]) == 5.0 and float(k[0, 0, -1, 0]) == 0.0
+def test_first_update_concatenates_parts_and_new_states_in_one_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    joins: list[bool] = []
+    join = DeferredLayer._join
+    monkeypatch.setattr(DeferredLayer, "_join", lambda self, extra=None: joins.append(extra is not None) or join(self, extra))
+    a, b = chunk(1.0, 3, layers=1), chunk(2.0, 2, layers=1)
+    layer = cache_from_chunks([a, b], torch.float32, torch.device("cpu")).layers[0]
+    new_k, new_v = torch.full((1, 2, 1, 4), 5.0), torch.full((1, 2, 1, 4), 6.0)
+    keys, values = layer.update(new_k, new_v)
+    assert joins == [True] and not layer.deferred
+    assert keys.shape[-2] == 6 and float(keys[0, 0, -1, 0]) == 5.0 and float(values[0, 0, 0, 0]) == -1.0
+    more, _ = layer.update(new_k, new_v)  # then as a DynamicLayer
+    assert more.shape[-2] == 7 and layer.get_seq_length() == 7 and joins == [True]
+    layer.crop(-2)
+    assert layer.get_seq_length() == 5
+    assert float(a.keys[0][0, 0, 0]) == 1.0 and a.keys[0].shape == (2, 3, 4)
+
+
+def test_crop_and_reset_before_the_first_update() -> None:
+    layer = cache_from_chunks([chunk(1.0, 3), chunk(2.0, 2)], torch.float32, torch.device("cpu")).layers[0]
     layer.crop(-1)
-    assert layer.get_seq_length() == 3
+    assert layer.get_seq_length() == 4 and float(layer.keys[0, 0, -1, 0]) == 2.0
+    other = cache_from_chunks([chunk(1.0, 3)], torch.float32, torch.device("cpu")).layers[0]
+    other.reset()
+    assert other.get_seq_length() == 0 and not other.is_initialized
+
+
+def test_other_dtypes_are_converted() -> None:
+    c = ChunkKV((torch.ones(2, 3, 4, dtype=torch.bfloat16),), (torch.zeros(2, 3, 4, dtype=torch.bfloat16),))
+    keys, _ = layer_kv(cache_from_chunks([c], torch.float32, torch.device("cpu")), 0)
+    assert keys.dtype == torch.float32
+
+
+def test_a_model_over_a_deferred_cache_matches_one_over_a_built_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model("llama")
+    ids = torch.randint(3, 200, (1, 14), generator=torch.Generator().manual_seed(0))
+    full = DynamicCache()
+    with torch.no_grad():
+        model(ids[:, :12], past_key_values=full, use_cache=True)
+    parts = [slice_chunk(full, 0, 5), slice_chunk(full, 5, 12)]
+    reference = DynamicCache()
+    with torch.no_grad():
+        model(ids[:, :12], past_key_values=reference, use_cache=True)
+        want = model(ids[:, 12:], past_key_values=reference, use_cache=True).logits
+    joins: list[bool] = []
+    join = DeferredLayer._join
+    monkeypatch.setattr(DeferredLayer, "_join", lambda self, extra=None: joins.append(extra is not None) or join(self, extra))
+    cache = cache_from_chunks(parts, torch.float32, torch.device("cpu"))
+    with torch.no_grad():
+        got = model(ids[:, 12:], past_key_values=cache, use_cache=True).logits
+    assert torch.equal(got, want)
+    assert joins == [True] * len(cache.layers)  # each layer joined once, in its first update
+    assert cache.get_seq_length() == 14
