@@ -90,8 +90,8 @@ class Engine:
         self.fingerprint = self.tracker.value
         self.registries = Registries.fill(self.hooks)
         self.registries.check(config)
-        self._stores = FingerprintStores(self._path, self.registries.eviction_policies)
-        self.store = self._stores.get(self.fingerprint, config)
+        self.stores = FingerprintStores(self._path, self.registries.eviction_policies)
+        self.store = self.stores.get(self.fingerprint, config)
         use_template = self._template_choice(config)
         self.n_parameters = sum(p.numel() for p in model.parameters())
         self._reuse: ReuseRunner | None = None
@@ -129,7 +129,7 @@ class Engine:
     def _rekey(self, fingerprint: str) -> str:
         if fingerprint != self.fingerprint:
             self.fingerprint = self.ctx.fingerprint = fingerprint
-            self.store = self.ctx.store = self._stores.get(fingerprint, self.config)
+            self.store = self.ctx.store = self.stores.get(fingerprint, self.config)
         return fingerprint
 
     @property
@@ -189,7 +189,7 @@ class Engine:
                 self._closed = True
                 release(self.model, self._relay)
                 release_mask_provider(self.model)
-                self._stores.close()
+                self.stores.close()
                 self._packed = None
 
     @contextlib.contextmanager
@@ -220,7 +220,7 @@ class Engine:
         a new storage dtype or checksum setting applies to the next writes and reads."""
         if "chat_template" in changed:
             self.ctx.use_template = self._template_choice(config)
-        self._stores.configure(config, changed)
+        self.stores.configure(config, changed)
         self.ctx.config = config
 
     # -- requests -----------------------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..config import Config
 from .eviction import BUILTIN_POLICIES, EvictionPolicy
-from .store import KVStore
+from .store import KVStore, stored_fingerprints
 
 __all__ = ["FingerprintStores"]
 
@@ -32,6 +32,11 @@ class FingerprintStores:
                 storage_dtype=config.torch_storage_dtype, verify=config.verify_checksums,
                 eviction=self._policies[config.kv_eviction])
         return self._stores[fingerprint]
+
+    def every(self, first: str, config: Config) -> list[KVStore]:
+        """The stores of ``first`` and of every other fingerprint with K/V under the path."""
+        others = [] if self._path is None else [fp for fp in stored_fingerprints(self._path) if fp != first]
+        return [self.get(fp, config) for fp in (first, *others)]
 
     def configure(self, config: Config, changed: set[str]) -> None:
         """A new byte limit evicts at once; dtype and checksum settings apply to the next I/O."""

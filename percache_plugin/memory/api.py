@@ -1,8 +1,9 @@
 """``pc.memory``: add, search, list, update, history and forget facts of the handle's store.
 
 :meth:`Memory.forget` removes a fact from every place percache keeps it: its rows and history
-(a tombstone keeps the id), the in-memory index, its K/V nodes in the store (the ones recorded
-for it and any node holding exactly its tokens as a chunk, with their descendants), and every
+(a tombstone keeps the id), the in-memory index, its K/V nodes in the store under every model
+fingerprint (the ones recorded for it and any node holding exactly its tokens as a chunk, with
+their descendants), and every
 stored answer built on it (``percache_sources_forgotten``); then it checkpoints the SQLite WAL
 so no old frame holds the text (deleted rows are zeroed by ``secure_delete``).
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..hooks.contexts import AssistantContext
+from ..kv.stores import FingerprintStores
 from .bank import AddResult, FactHit, MemoryBank
 from .forget import ForgetReport, drop_kv, forget_everywhere
 from .idle import ExtractionStats, queue_turns
@@ -28,10 +30,11 @@ class Memory:
     unscoped memory) and never reads another scope."""
 
     def __init__(self, ctx: AssistantContext, plugin: Callable[[], MemoryPlugin | None],
-                 tokenizer: Any) -> None:
+                 tokenizer: Any, stores: FingerprintStores | None = None) -> None:
         self._ctx = ctx
         self._plugin = plugin
         self._tokenizer = tokenizer
+        self._stores = stores  # forget cleans every fingerprint's K/V (None: the weights in use)
         # called with a forgotten fact's id (the handle's: take it out of the sessions' regions)
         self.forgotten: list[Callable[[str], object]] = []
 
@@ -114,7 +117,9 @@ class Memory:
         """Remove the fact everywhere (see the module docstring); only its id remains, as a
         tombstone (``get`` then raises ``UnknownFact`` saying it was forgotten). Forgetting a
         tombstoned id again cleans whatever an interrupted forget left."""
-        report = forget_everywhere(self.bank, fact_id, [self._ctx.engine.store], self._drop_answers,
+        engine = self._ctx.engine
+        stores = [engine.store] if self._stores is None else self._stores.every(engine.fingerprint, engine.config)
+        report = forget_everywhere(self.bank, fact_id, stores, self._drop_answers,
                                    self._token_ids)
         for fn in self.forgotten:
             fn(fact_id)

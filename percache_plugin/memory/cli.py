@@ -22,10 +22,10 @@ import numpy as np
 
 from ..admin.store_admin import StoreAdmin
 from ..cli_errors import UsageError
-from ..kv.blocks import stored_prefix
 from ..kv.store import DB_NAME
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.qa_bank import QABank
+from ..session.blocks import drop_blocks
 from ..session.persist import SESSIONS_DB, SessionStore
 from ..sqlite_tx import BUSY_TIMEOUT_S
 from ..turnlog.cli import add_export_arguments, export
@@ -126,8 +126,7 @@ def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[in
     removed = 0
     for fp, _, ids, start in changed:
         if fp in with_kv:
-            kv = admin.kv_store(fp)
-            removed += sum(kv.delete(key) for key in stored_prefix(kv, ids, start) if kv.contains(key))
+            removed += drop_blocks(admin.kv_store(fp), ids, start)
     return len(changed), removed
 
 

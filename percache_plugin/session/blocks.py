@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..decode import dtype_device
-from ..kv.blocks import block_prompt
+from ..kv.blocks import block_prompt, stored_prefix
 from ..kv.cache import slice_chunk
+from ..kv.store import KVStore
 from ..segments import PromptPiece
 from .reply import ChatStats
 from .state import Session, cache_tokens
@@ -77,15 +78,12 @@ def publish_blocks(engine: Engine, session: Session) -> int:
     return stored
 
 
-def drop_blocks(engine: Engine, ids: list[int], start: int) -> int:
-    """Delete the stored blocks of ``ids`` (a session's former conversation) that hold any
-    position from ``start`` on, with their descendants; returns the nodes deleted."""
-    removed = 0
-    for piece in _blocks(engine, ids):
-        assert piece.key is not None
-        if piece.end > start and engine.store.contains(piece.key):
-            removed += engine.store.delete(piece.key)
-    return removed
+def drop_blocks(store: KVStore, ids: list[int], start: int) -> int:
+    """Delete the stored nodes that hold ``ids`` (a session's former conversation) at their own
+    positions and reach past ``start``, with their descendants: prefix blocks of any block size
+    (found by their chained keys, :func:`~percache_plugin.kv.blocks.stored_prefix`, so blocks
+    stored under an earlier ``prefix_block_tokens`` go too); returns the nodes deleted."""
+    return sum(store.delete(key) for key in stored_prefix(store, ids, start) if store.contains(key))
 
 
 def extend_from_blocks(engine: Engine, session: Session, full: list[int], stats: ChatStats) -> int:

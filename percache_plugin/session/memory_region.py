@@ -142,8 +142,8 @@ def without_fact(session: Session, fact_id: str) -> int | None:
 def forget_fact(engine: Engine, live: Sequence[Session], store: SessionStore | None, fact_id: str) -> int:
     """Take a forgotten fact out of every session: the regions of the sessions in memory (their
     caches cropped before it), the regions and K/V slices of saved sessions under every
-    fingerprint (their snapshots then end before it), and the prefix blocks of the weights in
-    use that held it or followed it. Returns the sessions changed."""
+    fingerprint (their snapshots then end before it), and the prefix blocks that held it or
+    followed it, under every fingerprint and block size. Returns the sessions changed."""
     changed = set()
     for session in live:
         with session.lock, engine.lock:
@@ -151,12 +151,11 @@ def forget_fact(engine: Engine, live: Sequence[Session], store: SessionStore | N
             start = without_fact(session, fact_id)
             if start is None:
                 continue
-            drop_blocks(engine, ids, start)
+            drop_blocks(engine.store, ids, start)
             session.published = session.published[:start // engine.config.prefix_block_tokens]
             changed.add((session.fingerprint, session.name))
     for fp, name, ids, start in store.drop_fact(fact_id) if store is not None else []:
-        if fp == engine.fingerprint:
-            drop_blocks(engine, ids, start)
+        drop_blocks(engine.stores.get(fp, engine.config), ids, start)
         changed.add((fp, name))
     return len(changed)
 

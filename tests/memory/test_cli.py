@@ -9,7 +9,7 @@ import pytest
 import percache_plugin as percache
 from percache_plugin.cli import main
 from tests.helpers import tiny_pair
-from tests.memory.test_forget import _files_holding
+from tests.memory.test_forget import _files_holding, session_holding_a_fact
 
 
 def test_list_search_forget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,48 +60,13 @@ def test_forget_takes_the_fact_out_of_saved_sessions(tmp_path: Path, capsys: pyt
     pc.close()
 
 
-def _kv_needles(session: object, start: int, end: int) -> list[bytes]:
-    """The bytes of layer 0's keys, head 0, at each position in ``[start, end)`` as a store
-    file holds them (one contiguous row per position)."""
-    keys = session.cache.layers[0].keys  # type: ignore[attr-defined]
-    return [keys[0, 0, p].contiguous().numpy().tobytes() for p in range(start, end)]
-
-
-def _files_holding_bytes(root: Path, needles: list[bytes]) -> list[str]:
-    """Like ``_files_holding``, byte for byte (tensor bytes must not be case-folded)."""
-    return [f"{path.name}: {i}" for path in root.rglob("*") if path.is_file()
-            for i, n in enumerate(needles) if n in path.read_bytes()]
-
-
 def test_forget_deletes_the_prefix_blocks_that_held_the_fact(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
     model, tok = tiny_pair("llama")
     config = dict(store=tmp_path, embedder="hash", predict="off", memory_recall=True, memory_threshold=0.0,
                   memory_recall_mode="splice", prefix_block_tokens=8)
-    pc = percache.enable(model, tok, **config)
-    tea = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact
-    pc.chat("What tea does Ana drink?", memory_scope="ana", max_new_tokens=2)
-    pc.chat("And in the evening?", memory_scope="ana", max_new_tokens=2)
-    session = pc.sessions.get("default")
-    at = [f.fact_id for f in session.memory].index(tea.id)
-    start = len(session.head_ids) + len(session.memory_header) + sum(len(f.ids) for f in session.memory[:at])
-    fact_ids = session.memory[at].ids
-    after = session.cache.get_seq_length()
-    needles = [b"quillberry", json.dumps(list(fact_ids))[1:-1].encode()]
-    kv = _kv_needles(session, start, after)  # the fact's K/V and everything that attended to it
-    blocks = [n for n in pc.store.nodes() if n.start + n.n_tokens > start and "chunk" not in n.extra]
-    assert blocks, "the test needs prefix blocks holding the fact's positions"
-    assert _files_holding_bytes(tmp_path, kv[:1]), "the test must see the fact's K/V before forgetting"
-    pc.close()
+    held = session_holding_a_fact(model, tok, config)
 
-    assert main(["memory", "forget", str(tmp_path), tea.id]) == 0
-    assert capsys.readouterr().out.startswith(f"forgot {tea.id}: ")
-    assert _files_holding(tmp_path, needles) == []
-    assert _files_holding_bytes(tmp_path, kv) == []
-    pc = percache.enable(model, tok, **config)
-    assert not any(pc.store.contains(n.key) for n in blocks)
-    reply = pc.chat("And now?", memory_scope="ana", max_new_tokens=2)
-    assert "Quillberry" not in tok.decode(reply.prompt_ids)
-    pc.close()
+    assert main(["memory", "forget", str(tmp_path), held.fact_id]) == 0
+    assert capsys.readouterr().out.startswith(f"forgot {held.fact_id}: ")
+    held.check_gone(tmp_path, model, tok, config)

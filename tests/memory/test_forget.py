@@ -3,10 +3,15 @@ built on it is no longer served."""
 
 from __future__ import annotations
 
+import copy
+import json
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 import percache_plugin as percache
 from percache_plugin.memory.bank import UnknownFact
@@ -125,3 +130,67 @@ def test_forget_removes_the_facts_retrieval_key_text_and_vector(tmp_path: Path) 
     con.close()
     pc.disable()
     assert _files_holding(tmp_path, needles) == []
+
+
+def _files_holding_bytes(root: Path, needles: list[bytes]) -> list[str]:
+    """Like ``_files_holding``, byte for byte (tensor bytes must not be case-folded)."""
+    return [f"{path.name}: {i}" for path in root.rglob("*") if path.is_file()
+            for i, n in enumerate(needles) if n in path.read_bytes()]
+
+
+@dataclass
+class HeldFact:
+    """A saved session whose memory region held a fact, and what the store kept of it."""
+
+    fact_id: str
+    needles: list[bytes]  # its text and its token ids, as the database holds them
+    kv: list[bytes]  # layer 0's keys (head 0) at its positions and every later one
+    blocks: list[str]  # the stored prefix blocks reaching past its position
+
+    def check_gone(self, root: Path, model: Any, tok: Any, config: dict[str, Any]) -> None:
+        """No file of the store holds the fact's text, ids or K/V; a new turn works without it."""
+        assert _files_holding(root, self.needles) == []
+        assert _files_holding_bytes(root, self.kv) == []
+        pc = percache.enable(model, tok, **config)
+        assert not any(pc.store.contains(key) for key in self.blocks)
+        reply = pc.chat("And now?", memory_scope="ana", max_new_tokens=2)
+        assert "Quillberry" not in tok.decode(reply.prompt_ids)
+        pc.close()
+
+
+def session_holding_a_fact(model: Any, tok: Any, config: dict[str, Any]) -> HeldFact:
+    """Two chat turns that recall a fact into the region and publish prefix blocks; closed."""
+    pc = percache.enable(model, tok, **config)
+    fact_id = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact.id
+    pc.chat("What tea does Ana drink?", memory_scope="ana", max_new_tokens=2)
+    pc.chat("And in the evening?", memory_scope="ana", max_new_tokens=2)
+    session = pc.sessions.get("default")
+    at = [f.fact_id for f in session.memory].index(fact_id)
+    start = len(session.head_ids) + len(session.memory_header) + sum(len(f.ids) for f in session.memory[:at])
+    keys = session.cache.layers[0].keys
+    held = HeldFact(fact_id, [b"quillberry", json.dumps(list(session.memory[at].ids))[1:-1].encode()],
+                    [keys[0, 0, p].contiguous().numpy().tobytes() for p in range(start, keys.shape[2])],
+                    [n.key for n in pc.store.nodes() if n.start + n.n_tokens > start and "chunk" not in n.extra])
+    assert held.blocks, "the test needs prefix blocks holding the fact's positions"
+    assert _files_holding_bytes(Path(config["store"]), held.kv[:1]), "the test must see the fact's K/V"
+    pc.close()
+    return held
+
+
+@pytest.mark.parametrize("later", ["other block size", "other weights"])
+def test_forget_deletes_the_prefix_blocks_of_saved_sessions_stored_under_other_settings(
+        tmp_path: Path, later: str) -> None:
+    model, tok = tiny_pair("llama")
+    config = dict(store=tmp_path, embedder="hash", predict="off", memory_recall=True, memory_threshold=0.0,
+                  memory_recall_mode="splice", prefix_block_tokens=8)
+    held = session_holding_a_fact(model, tok, config)
+    if later == "other block size":
+        config["prefix_block_tokens"] = 16
+    else:  # e.g. a persona's adapter: the saved session's blocks are under another fingerprint
+        model = copy.deepcopy(model)
+        with torch.no_grad():
+            next(model.parameters()).add_(0.01)
+    pc = percache.enable(model, tok, **config)
+    pc.memory.forget(held.fact_id)
+    pc.close()
+    held.check_gone(tmp_path, model, tok, config)
