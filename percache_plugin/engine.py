@@ -270,8 +270,10 @@ class Engine:
         sources = self.hooks.draft_sources(self.ctx, prompt, hints or DraftHints())
         if not self.config.draft_packed_linears:
             self._packed = None  # switched off: the copies are freed
-        elif self._packed is None:
-            self._packed = PackedLinears.of(self.model)  # None where nothing packs (not float32 CPU)
+        elif self._packed is None and int(kwargs.get("max_new_tokens", 2)) > 1:
+            # None where nothing packs (not float32 CPU). Not for a one-token request: it verifies
+            # no draft, and packing (~0.45 s on SmolLM2) would delay its only token.
+            self._packed = PackedLinears.of(self.model)
         cost = self.config.draft_verify_cost
         curve = VerifyCost(cost) if cost else SMOLLM2_CPU_COST_PACKED if self._packed else SMOLLM2_CPU_COST
         schedule = DraftSchedule(cost=curve, history=self.draft_history)

@@ -163,3 +163,15 @@ def test_debug_log_line_per_request(caplog: pytest.LogCaptureFixture) -> None:
     assert "reused=0 " in lines[0] and "reused=0 " not in lines[1]
     totals = pc.stats()
     assert totals.requests == 2 and totals.tokens_reused > 0 and 0 < totals.reuse_ratio < 1
+
+
+def test_a_one_token_request_packs_no_weights() -> None:
+    # It verifies no draft: packing the linear weights would only delay its one token (a fresh
+    # handle's first request paid ~0.45 s on SmolLM2 for it); the first longer request packs.
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    pc.generate(SEGMENTS, max_new_tokens=1)
+    assert pc.engine._packed is None
+    pc.generate(SEGMENTS, max_new_tokens=3)
+    assert pc.engine._packed is not None
+    pc.close()
