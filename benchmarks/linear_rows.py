@@ -2,10 +2,10 @@
 with torch's kernel (``F.linear``: MKL sgemm for float32) and with oneDNN over a weight packed
 once (``decode/packed.py``): why a forward verifying draft tokens cost ~2x a one-token forward.
 
-Each shape is timed over 30 random matrices (as many as the model's layers, so that the weights
+Each shape is timed over 30 random matrices, row counts and kernels interleaved, medians (as many as the model's layers, so that the weights
 come from memory as in a forward, not from the cache), the lm_head (49152x576) over one.
 
-    python benchmarks/linear_rows.py [--rows 1,2,3,4,5,8,9,17] [--repeats 7] [--threads 1]
+    python benchmarks/linear_rows.py [--rows 1,2,3,4,5,8,9,17] [--repeats 15] [--threads 1]
 """
 
 from __future__ import annotations
@@ -22,21 +22,17 @@ SHAPES = {"q/o_proj 576x576": (576, 576), "gate/up_proj 1536x576": (1536, 576),
           "down_proj 576x1536": (576, 1536), "lm_head 49152x576": (49152, 576)}
 
 
-def _time(fn: Callable[[torch.Tensor, int], torch.Tensor], n: int, x: torch.Tensor, repeats: int) -> float:
-    ts = []
-    for r in range(repeats + 1):
-        t0 = time.perf_counter()
-        for i in range(n):
-            fn(x, i)
-        if r:  # the first round warms up
-            ts.append((time.perf_counter() - t0) / n)
-    return statistics.median(ts)
+def _pass(fn: Callable[[torch.Tensor, int], torch.Tensor], n: int, x: torch.Tensor) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        fn(x, i)
+    return (time.perf_counter() - t0) / n
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", default="1,2,3,4,5,8,9,17")
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -54,10 +50,17 @@ def main() -> None:
                 "F.linear (MKL)": lambda x, i, ws=ws: F.linear(x, ws[i]),
                 "oneDNN, packed": lambda x, i, pk=packed: torch.ops.mkldnn._linear_pointwise(x, pk[i], None, "none", [], ""),
             }
-            for kernel, fn in kernels.items():
-                t = [_time(fn, n, torch.randn(m, n_in, generator=g), args.repeats) for m in rows]
+            xs = {m: torch.randn(m, n_in, generator=g) for m in rows}
+            times: dict[tuple[str, int], list[float]] = {(k, m): [] for k in kernels for m in rows}
+            for r in range(args.repeats + 1):  # interleaved; the first round warms up
+                for kernel, fn in kernels.items():
+                    for m in (rows if r % 2 == 0 else rows[::-1]):
+                        t = _pass(fn, n, xs[m])
+                        if r:
+                            times[kernel, m].append(t)
+            for kernel in kernels:
+                t = [statistics.median(times[kernel, m]) for m in rows]
                 print(f"| {name} | {kernel} | {t[0] * 1e6:.0f} | " + " | ".join(f"{v / t[0]:.2f}" for v in t[1:]) + " |")
-
 
 if __name__ == "__main__":
     main()
