@@ -1,12 +1,12 @@
 """The cold disk store of ``bench ttft`` read several ways in one process, interleaved (so the
 load is the same for all): ``old``, the reader before ``kv.node_read`` (safetensors' memory
-map, after ``posix_fadvise(WILLNEED)`` on every planned node's file); ``new``, one ``preadv``
-per file into one buffer as each node is loaded, nothing read ahead (the default now);
-``new+willneed``: the same after ``posix_fadvise(WILLNEED)`` on every planned file. Before each request
+map), ``new``, one ``preadv`` per file into one buffer (the default now), both after
+``posix_fadvise(WILLNEED)`` on every planned node's file (the store's prefetch); ``no-prefetch``:
+``new`` without that prefetch. Before each request
 every K/V file is dropped from the page cache and a fresh handle (``ram_cache_bytes=0``) is
 opened; reported: TTFT and ``stats.load_s`` (plan + load + check of the nodes), median and min.
 
-    python benchmarks/cold_load.py [--repeats 7] [--arms old,new,new+willneed]
+    python benchmarks/cold_load.py [--repeats 7] [--arms old,new,no-prefetch]
 
 The readers are switched by patching ``kv.integrity.direct_read_supported`` and
 ``NodeFiles.prefetch``, for this measurement only.
@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
@@ -32,18 +31,7 @@ from percache_plugin.handle import enable
 from percache_plugin.kv import integrity
 from percache_plugin.kv.node_files import NodeFiles
 
-ARMS = ("old", "new", "new+willneed")
-
-
-def willneed(self: NodeFiles, keys: Iterable[str]) -> int:
-    """The earlier prefetch: ``posix_fadvise(WILLNEED)`` on each file."""
-    for key in keys:
-        fd = os.open(self.file(key), os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        finally:
-            os.close(fd)
-    return 0
+ARMS = ("old", "new", "no-prefetch")
 
 
 @contextlib.contextmanager
@@ -53,8 +41,8 @@ def arm(name: str) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         if name == "old":
             stack.enter_context(mock.patch.object(integrity, "direct_read_supported", lambda dtypes: False))
-        if name != "new":
-            stack.enter_context(mock.patch.object(NodeFiles, "prefetch", willneed))
+        if name == "no-prefetch":
+            stack.enter_context(mock.patch.object(NodeFiles, "prefetch", lambda self, keys: 0))
         yield
 
 

@@ -144,11 +144,10 @@ def percache_prefetch_chunks(ctx: EngineContext, keys: tuple[str, ...]) -> bool 
     """Start reading the planned nodes ahead of their ``percache_load_chunk`` calls. firstresult.
 
     Called once per request, after planning, with every node the plan will load. The default
-    passes them to ``KVStore.prefetch``, which reads nothing ahead for files on disk (each load
-    reads its file with one ``preadv``; reading ahead measured slower there, see
-    ``NodeFiles.prefetch``); the RAM tier passes on only the nodes it does not hold. A plugin
-    serving K/V from slower storage can start its reads here; its loads must still check
-    everything they serve.
+    asks the OS to read the nodes' files into its page cache now (``KVStore.prefetch``:
+    asynchronous, all files at once, so the disk works at full queue depth while the first
+    nodes are checked and copied); the RAM tier prefetches only the nodes it does not hold.
+    Nothing is served from a prefetch: the loads still check everything.
 
     :param ctx: the engine context.
     :param keys: the store keys of the planned nodes, in load order.

@@ -56,6 +56,7 @@ __all__ = [
     "hash_token_ids",
     "make_store_dirs",
     "node_path",
+    "prefetch_file",
     "read_node_file",
     "sweep_files",
     "WriteLock",
@@ -261,6 +262,27 @@ def write_node_file(
     tmp, size = write_node_temp(final, tensors, metadata)
     publish_node(tmp, final)
     return size
+
+
+def prefetch_file(path: Path) -> bool:
+    """Ask the OS to start reading ``path`` into its page cache now (``posix_fadvise(WILLNEED)``,
+    asynchronous: the call returns at once). Several files advised back to back are read with
+    the disk's full queue depth while the caller works through the first ones. False, and
+    nothing done, where the file cannot be opened or the platform has no ``posix_fadvise``."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:  # pragma: no cover - macOS, Windows
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # missing or unreadable: the read reports it
+        return False
+    try:
+        advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        return True
+    except OSError:  # pragma: no cover - a filesystem without readahead
+        return False
+    finally:
+        os.close(fd)
 
 
 def _read_mapped(path: Path, layout: Sequence[TensorSpec]) -> tuple[dict[str, str], dict[str, torch.Tensor]]:

@@ -8,9 +8,12 @@ GIL and asks the disk for the whole file at once), and returns views into it: no
 no page faults one page at a time, no second copy.
 
 Measured on the 9 node files of the ``bench ttft`` store (88 MiB of fp32 K/V, dropped from the
-page cache; same process, interleaved, 9 repeats, load 4-5; CRC-32 included in both): min 56 ms,
-median 74 ms, against min 116 ms, median 144 ms for ``safetensors.safe_open`` + ``get_tensor``
-(a memory map copied into new tensors).
+page cache; standalone, interleaved, 9 repeats, load 4-8; CRC-32 included in both): median
+74-84 ms against 144-166 ms for ``safetensors.safe_open`` + ``get_tensor`` (a memory map copied
+into new tensors); warm 21-24 against 35-43 ms. Inside a request, after the store's
+``posix_fadvise(WILLNEED)`` prefetch of every planned file, the cold reads measured about the
+same with either reader (``benchmarks/cold_load.py``); without that prefetch, and other I/O on
+the machine, the reads one after the other fell to ~200 MB/s, so the prefetch stays.
 
 Nothing here trusts the file: a header that cannot be parsed, offsets outside the data, a size
 that does not match the dtype and shape, or a short read raise ValueError with the reason (the

@@ -243,9 +243,8 @@ class KVStore:
             return kv
 
     def prefetch(self, keys: Sequence[str]) -> int:
-        """Tell the backend which nodes :meth:`get` will read next, in order; returns how many
-        reads it started: 0 in memory and for files (each :meth:`get` reads its file with one
-        ``preadv``; reading ahead measured slower, ``NodeFiles.prefetch``)."""
+        """Start reading these nodes' files ahead of :meth:`get` (``posix_fadvise`` WILLNEED:
+        asynchronous, nothing checked or counted); returns how many were advised (0 in memory)."""
         self._check_open()
         return self._nodes.prefetch(keys)
 
