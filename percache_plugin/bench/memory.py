@@ -20,6 +20,7 @@ replayed sessions is answered by these methods:
 - ``facts, text keys``: the same facts indexed by their own text only;
 - ``facts+raw``: facts and raw turns in one ranking, a fact and its own source turn taking one
   slot of the ``k`` (:func:`percache_plugin.memory.fusion.one_slot_per_source`);
+  ``facts+raw, unfused``: the same ranking's first ``k`` items, so both may take a slot;
 - ``facts=raw tokens``: the best facts while their tokens fit the raw-turn context's tokens of
   the same question (recall at equal prompt tokens).
 
@@ -66,7 +67,8 @@ from .memory_replay import replay
 
 __all__ = ["add_arguments", "run"]
 
-METHODS = ("full", "window", "raw", "facts", "facts, text keys", "facts+raw", "facts=raw tokens")
+METHODS = ("full", "window", "raw", "facts", "facts, text keys", "facts+raw", "facts+raw, unfused",
+           "facts=raw tokens")
 GROUNDING_SWEEP = (0.0, 0.25, 0.5, 0.75)
 SYSTEM = (f"Answer the question about the conversation in a few words. If the conversation "
           f"does not say, answer '{UNANSWERABLE}'.")
@@ -104,15 +106,17 @@ def _tokens(pc: PerCache, text: str) -> int:
 
 
 def _memory(pc: PerCache, conv: Conversation, scope: str, question: str, k: int,
-            budget: int | None = None) -> tuple[list[str], list[list[str]]]:
+            budget: int | None = None, fuse: bool = True) -> tuple[list[str], list[list[str]]]:
     """The ``k`` best items of ``scope`` (facts shown with their session's date), or with
-    ``budget`` the best items (of up to ``4 k``) while their tokens fit it."""
+    ``budget`` the best items (of up to ``4 k``) while their tokens fit it. In scope ``both``
+    a fact and its own source turn take one slot unless ``fuse`` is False."""
     dates = {d: date for date, ts in conv.sessions for d, _ in ts}
     texts: list[str] = []
     sources: list[list[str]] = []
     used = 0
-    hits = pc.memory.search(question, scope, k if budget is None and scope != "both" else 4 * k)
-    if scope == "both":  # a fact and its own source turn take one slot
+    fuse = fuse and scope == "both"
+    hits = pc.memory.search(question, scope, k if budget is None and not fuse else 4 * k)
+    if fuse:  # a fact and its own source turn take one slot
         hits = one_slot_per_source(hits, k).hits
     for h in hits:
         src = _sources(h.fact.metadata)
@@ -132,8 +136,9 @@ def _context(pc: PerCache, conv: Conversation, method: str, question: str, k: in
     """The context texts of one method and the dialogue ids each came from."""
     if method not in ("full", "window"):
         scope = {"raw": "raw", "facts": "facts", "facts, text keys": "facts_text_keys", "facts+raw": "both",
-                 "facts=raw tokens": "facts"}[method]
-        return _memory(pc, conv, scope, question, k, raw_tokens if method == "facts=raw tokens" else None)
+                 "facts+raw, unfused": "both", "facts=raw tokens": "facts"}[method]
+        return _memory(pc, conv, scope, question, k, raw_tokens if method == "facts=raw tokens" else None,
+                       fuse=method != "facts+raw, unfused")
     turns = [(d, f"[{date}] {text}") for date, ts in conv.sessions for d, text in ts]
     budget = window if method == "window" else 8192 - 256  # SmolLM2's window less the question
     kept: list[tuple[str, str]] = []
@@ -205,7 +210,8 @@ def _targets(summary: dict[str, Any]) -> dict[str, Any]:
                                            for m in METHODS if m not in ("full", "window")}}
     raw = summary["raw/all"]["recall"]
     out["recall_vs_raw"] = {m: summary[f"{m}/all"]["recall"] - raw
-                            for m in ("facts", "facts, text keys", "facts+raw", "facts=raw tokens")}
+                            for m in ("facts", "facts, text keys", "facts+raw", "facts+raw, unfused",
+                                      "facts=raw tokens")}
     if "full/5" in summary:
         out["unanswerable_vs_full"] = {m: summary[f"{m}/5"]["unanswerable"] - summary["full/5"]["unanswerable"]
                                        for m in METHODS if m != "full"}
