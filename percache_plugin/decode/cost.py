@@ -2,7 +2,7 @@
 draft tokens, in units of a one-token forward (plain decoding's step).
 
 On a GPU such a forward costs about as much as a one-token forward for small ``k``. On a CPU with
-one thread, torch's MKL kernels repack every weight matrix for more than one input row, and
+one thread, torch's MKL kernels cost 1.4-3x one row's time for 2-9 input rows, and
 SmolLM2-135M measured about 1.5-2x a one-token forward already at ``k = 1``
 (``benchmarks/verify_cost.py``); over oneDNN-packed weights (:mod:`~percache_plugin.decode.packed`)
 1.1-1.3x up to ``k = 8``. A draft pays only when the tokens it is expected to add outweigh that: :class:`~percache_plugin.decode.schedule.DraftSchedule`

@@ -1,9 +1,9 @@
 """Linear layers over weights packed once for oneDNN, for the forwards of drafted decoding.
 
-On the CPU, torch computes a float32 linear layer with MKL's ``sgemm``, which repacks the whole
-weight matrix at every call with more than one input row. A forward feeding 2-4 tokens then reads
-and writes each weight more than once, and the one that verifies a draft costs 1.5-2x a one-token
-forward where the weights' memory traffic should make it cost about the same (SmolLM2-135M
+On the CPU, torch computes a float32 linear layer with MKL: a matrix-vector product for one input
+row, ``sgemm`` for more, which measured 1.4-3x one row's time for 2-9 rows (as if it packed the
+weight matrix at every call; a weight packed once removes the difference). The forward that
+verifies a draft then costs 1.5-2x a one-token forward where the weights' memory traffic should make it cost about the same (SmolLM2-135M
 on one thread, docs/BENCHMARKS.md, "What a verify forward costs": 2 rows cost 1.6x one row for
 the 1536x576 projections and 2.0x for the 49152x576 lm_head). oneDNN over a weight reordered once
 into its blocked layout costs about one row's time for 1-9 rows.
