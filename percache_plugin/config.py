@@ -332,7 +332,7 @@ class Config:
         "Drafted decoding computes the model's float32 CPU linear layers with oneDNN over weights "
         "packed once (decode/packed.py) in the forwards that verify drafts: one verifying 1-8 "
         "draft tokens then costs about 1.1-1.3 one-token forwards instead of 1.4-2 with torch's "
-        "MKL kernels (SmolLM2-135M, one thread). The copies are made at the first drafted request of more than one token (SmolLM2-135M: "
+        "MKL kernels (SmolLM2-135M, one thread). The copies are made at the first forward verifying drafts after an answer's first token, never before a first token (SmolLM2-135M: "
         "0.45-2.3 s) and take the linear weights' memory once more (538 MB), the model's parameters are untouched, and the values differ from the "
         "model's own kernels by float rounding (stats.packed_linear_calls counts such layers). "
         "False: the model's own kernels.",

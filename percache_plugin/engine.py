@@ -40,7 +40,7 @@ from .decode import (
     DraftedDecoding,
     DraftHints,
     DraftSchedule,
-    PackedLinears,
+    PackOnDemand,
     VerifyCost,
     greedy_reason,
     run_generate,
@@ -81,7 +81,7 @@ class Engine:
         self.preemption = preemption or Preemption()
         self._totals = StatsTotals()
         self.draft_history = AcceptanceHistory()  # how drafts of each kind fared across answers
-        self._packed: PackedLinears | None = None  # Config.draft_packed_linears, packed at first use
+        self._packing = PackOnDemand(model)  # Config.draft_packed_linears: packed at first use
         self.plugins: pluggy.PluginManager = make_plugin_manager()
         for plugin in plugins:  # before anything asks the hooks (the model profile, below)
             self.plugins.register(plugin)
@@ -190,7 +190,7 @@ class Engine:
                 release(self.model, self._relay)
                 release_mask_provider(self.model)
                 self.stores.close()
-                self._packed = None
+                self._packing.where(False)  # frees the copies
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
@@ -268,18 +268,17 @@ class Engine:
             stats.drafting = reason
             return None
         sources = self.hooks.draft_sources(self.ctx, prompt, hints or DraftHints())
-        if not self.config.draft_packed_linears:
-            self._packed = None  # switched off: the copies are freed
-        elif self._packed is None and int(kwargs.get("max_new_tokens", 2)) > 1:
-            # None where nothing packs (not float32 CPU). Not for a one-token request: it verifies
-            # no draft, and packing (~0.45 s on SmolLM2) would delay its only token.
-            self._packed = PackedLinears.of(self.model)
-        cost = self.config.draft_verify_cost
-        curve = VerifyCost(cost) if cost else SMOLLM2_CPU_COST_PACKED if self._packed else SMOLLM2_CPU_COST
+        packed, cost = self._packing.where(self.config.draft_packed_linears), self.config.draft_verify_cost
+        curve = VerifyCost(cost) if cost else SMOLLM2_CPU_COST_PACKED if packed else SMOLLM2_CPU_COST
         schedule = DraftSchedule(cost=curve, history=self.draft_history)
         drafting = DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources, schedule)
-        drafting.linears = self._packed
+        drafting.linears = packed  # packs at its first verify forward after a first token
         return drafting
+
+    def pack_linears(self) -> int:
+        """Pack drafting's linear weights now (else at its first verify after a first token): their bytes, or 0."""
+        packed = self._packing.where(self.config.drafting and self.config.draft_packed_linears)
+        return packed.get().nbytes if packed else 0
 
     def complete(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> Generation:
         """Generate from a plain prompt (text, tokenized with the tokenizer's special tokens and

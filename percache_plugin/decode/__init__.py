@@ -5,7 +5,7 @@ from .acceptance import AcceptanceHistory, Tally, draft_kind
 from .cost import SMOLLM2_CPU_COST, SMOLLM2_CPU_COST_PACKED, VerifyCost
 from .generate import context_limit, dtype_device, greedy_reason, run_generate
 from .lookup import Draft, DraftIndex
-from .packed import PackedLinears
+from .packed import PackedLinears, PackOnDemand
 from .schedule import DraftSchedule
 from .sources import DraftHints, DraftSource, prompt_source, text_source
 from .verify import DraftCounts, DraftedDecoding
@@ -13,4 +13,5 @@ from .verify import DraftCounts, DraftedDecoding
 __all__ = ["context_limit", "dtype_device", "greedy_reason", "run_generate", "Draft", "DraftIndex",
            "DraftSchedule", "DraftHints", "DraftSource", "prompt_source", "text_source",
            "DraftCounts", "DraftedDecoding", "AcceptanceHistory", "Tally", "draft_kind",
-           "SMOLLM2_CPU_COST", "SMOLLM2_CPU_COST_PACKED", "VerifyCost", "PackedLinears"]
+           "SMOLLM2_CPU_COST", "SMOLLM2_CPU_COST_PACKED", "VerifyCost", "PackedLinears",
+           "PackOnDemand"]

@@ -18,8 +18,9 @@ from MKL's by float rounding only (another summation order, as between MKL's one
 several-row kernels); a weight changed in place since it was packed is computed with the
 model's own kernel (:attr:`PackedLinears.stale_calls`). The copies cost the memory of the
 linear weights once more (SmolLM2-135M: 538 MB in float32, made in 0.45 s on a quiet core,
-1.5-2.3 s on a loaded one, at a handle's first drafted request of more than one token); ``Config.draft_packed_linears``
-switches them off.
+1.5-2.3 s on a loaded one); :class:`PackOnDemand` makes them at the first forward that verifies
+draft tokens after an answer's first token, so the packing never delays a first token.
+``Config.draft_packed_linears`` switches them off.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["PackedLinears", "packing_problem"]
+__all__ = ["PackOnDemand", "PackedLinears", "packing_problem"]
 
 _LINEAR: tuple[Callable[..., Any], ...] = (torch.nn.functional.linear, torch._C._nn.linear)
 
@@ -147,3 +148,29 @@ class PackedLinears:
         new one per use: threads do not share it)."""
         return _Route(self)
 
+
+class PackOnDemand:
+    """The :class:`PackedLinears` of ``model``, made at the first :meth:`get`.
+
+    The engine hands one to every drafted decoding of a handle; the decoding loop asks for the
+    copies only in a forward that verifies draft tokens after the answer's first token, so
+    the packing (~0.45 s on SmolLM2) lands inside a decoding it then speeds up, never before a
+    time to first token (a one-token request never packs).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._model = model
+        self.packed: PackedLinears | None = None
+
+    def where(self, on: bool) -> PackOnDemand | None:
+        """Itself where packing is ``on`` and the model can be packed; else None (and when
+        switched off, the copies are freed)."""
+        if not on:
+            self.packed = None
+        return self if on and not packing_problem(self._model) else None
+
+    def get(self) -> PackedLinears:
+        """The packed copies, made now if they are not yet."""
+        if self.packed is None:
+            self.packed = PackedLinears(self._model)
+        return self.packed

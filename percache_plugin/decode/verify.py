@@ -11,6 +11,13 @@ keep the draft tokens up to the first disagreement, and crop the cache back to t
 tokens (``cache.crop``). The tokens are those of plain greedy decoding; only the number of
 forwards changes. Sampling is not supported here (the engine then decodes plainly).
 
+"Those of plain greedy decoding" holds up to float rounding: a forward over several tokens runs
+other matrix kernels than a one-token forward, so its logits differ in the last bits (up to
+~1e-4 on SmolLM2). Only an argmax whose top two scores lie closer than that could come out
+differently; every token chosen from a forward that fed draft tokens with its top two scores
+within :data:`NEAR_TIE` is counted (``DraftCounts.near_ties``, ``stats.draft_near_ties``), so a
+user sees when that risk existed at all.
+
 Each forward gets the ``position_ids`` generate prepared (extended one by one past the prompt,
 as generate's own loop does): a model that derives positions itself when none are passed
 (RoBERTa's ``padding_idx + 1`` offset) would otherwise see other positions than plain decoding.
@@ -29,11 +36,14 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .lookup import OUTPUT, Draft, DraftIndex
-from .packed import PackedLinears
+from .packed import PackOnDemand
 from .schedule import DraftSchedule
 from .sources import DraftSource
 
-__all__ = ["DraftedDecoding", "DraftCounts", "extend_positions"]
+__all__ = ["DraftedDecoding", "DraftCounts", "NEAR_TIE", "extend_positions"]
+
+# Top-two score gap under which kernel rounding (measured up to ~1e-4) could flip an argmax, with margin.
+NEAR_TIE = 1e-3
 
 
 def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
@@ -57,6 +67,7 @@ class DraftCounts:
     new_tokens: int = 0
     declined: int = 0  # drafts found but not verified: not expected to pay for the forward
     packed_calls: int = 0  # linear layers computed over oneDNN-packed weights (decode/packed.py)
+    near_ties: int = 0  # tokens chosen in a verify forward whose top two scores were within NEAR_TIE
     forward_s: list[tuple[int, float]] = field(default_factory=list)  # (draft tokens fed, seconds) per forward
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
@@ -70,6 +81,14 @@ class DraftCounts:
         self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + accepted
 
 
+def _near_tie(scores: torch.Tensor) -> bool:
+    """Whether the top two of one row of scores are within :data:`NEAR_TIE` of each other."""
+    if scores.shape[-1] < 2:
+        return False
+    top = torch.topk(scores[0].float(), 2).values
+    return bool(torch.isfinite(top[1])) and float(top[0] - top[1]) < NEAR_TIE
+
+
 class DraftedDecoding:
     """A ``custom_generate`` callable: greedy decoding verifying drafts from ``index``.
 
@@ -78,9 +97,10 @@ class DraftedDecoding:
     :ivar draft_in_prefill: whether the first forward (the uncached prompt) also verifies
         drafts; False keeps the time to the first token that of the prompt alone (a chat turn
         computes ~30-60 tokens, where 7 draft tokens more cost ~20% of it).
-    :ivar linears: packed linear weights the forwards that verify draft tokens compute with (the
-        values differ from the model's own kernels by float rounding; a one-token forward uses
-        the model's kernels, exactly as plain decoding); None: the model's kernels throughout.
+    :ivar linears: packed linear weights the forwards that verify draft tokens after the first
+        token compute with (the values differ from the model's own kernels by float rounding; a
+        one-token forward and the first forward use the model's kernels, so the packing is
+        never paid before a first token); None: the model's kernels throughout.
     """
 
     def __init__(self, index: DraftIndex, schedule: DraftSchedule | None = None) -> None:
@@ -88,7 +108,7 @@ class DraftedDecoding:
         self.schedule = schedule or DraftSchedule()
         self.counts = DraftCounts()
         self.draft_in_prefill = True
-        self.linears: PackedLinears | None = None
+        self.linears: PackOnDemand | None = None
 
     @classmethod
     def from_sources(cls, sources: Sequence[DraftSource], prompt: Sequence[int],
@@ -140,8 +160,10 @@ class DraftedDecoding:
                 past = cache.get_seq_length()
                 positions = extend_positions(positions, past + feed.shape[1])
                 extra["position_ids"] = positions[..., past:past + feed.shape[1]]
-            # Packed weights only where draft tokens are fed: a one-token forward is plain decoding's own.
-            route = self.linears.active() if self.linears is not None and tokens else contextlib.nullcontext()
+            # Packed weights only where draft tokens are fed after the first token: a one-token forward
+            # is plain decoding's own, and the first forward must not wait for the packing.
+            linears = self.linears if tokens and raw else None
+            route = linears.get().active() if linears is not None else contextlib.nullcontext()
             t0 = time.perf_counter()
             with route:
                 out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
@@ -154,6 +176,8 @@ class DraftedDecoding:
                 step = logits[i:i + 1].clone()
                 scores = logits_processor(ids, step)
                 chosen = int(torch.argmax(scores, dim=-1))
+                if tokens and _near_tie(scores):
+                    c.near_ties += 1
                 ids = torch.cat([ids, ids.new_tensor([[chosen]])], dim=1)  # type: ignore[assignment]
                 self.index.append(chosen)
                 raw.append(step)

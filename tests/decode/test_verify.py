@@ -206,3 +206,40 @@ def test_drafts_that_cannot_pay_are_declined() -> None:
     with pytest.raises(percache.ConfigError, match="draft_verify_cost"):
         pc.configure(draft_verify_cost=(1.0, -2.0))
     pc.close()
+
+
+class _TieWithRunnerUp:
+    """Gives the runner-up the top score: every step is an exact tie (argmax takes the lower id)."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores = scores.clone()
+        top = torch.topk(scores, 2, dim=-1)
+        scores.scatter_(-1, top.indices[:, 1:], top.values[:, :1])
+        return scores  # type: ignore[return-value]
+
+
+def test_near_ties_in_verify_forwards_are_counted() -> None:
+    from transformers import LogitsProcessorList
+
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    ids = pc.prompt(SEGMENTS).input_ids
+    pc.close()
+    x = torch.tensor([ids])
+    counts = {}
+    for tie in (False, True):
+        procs = LogitsProcessorList([_TieWithRunnerUp()] if tie else [])
+        with torch.inference_mode():
+            ref = model.generate(x, max_new_tokens=N, do_sample=False, pad_token_id=0, logits_processor=procs)
+        answer = ref[0, len(ids):].tolist()
+        loop = DraftedDecoding(DraftIndex([DraftSource("qa_bank", (tuple(answer),), anchored=True)], ids),
+                               DraftSchedule(cost=VerifyCost(FREE)))
+        with torch.inference_mode():
+            out = model.generate(x, max_new_tokens=N, do_sample=False, pad_token_id=0,
+                                 logits_processor=procs, custom_generate=loop)
+        assert out[0, len(ids):].tolist() == answer
+        assert loop.counts.accepted > 0
+        counts[tie] = loop.counts.near_ties
+    assert counts[False] == 0
+    # every token chosen in a forward that fed draft tokens was a tie
+    assert counts[True] == loop.counts.new_tokens - 1 if loop.counts.forwards == 1 else counts[True] > 0
