@@ -153,3 +153,35 @@ def test_qa_answers_are_bound_to_the_model_fingerprint(tmp_path: Path) -> None:
     shared = other.ask("When is the choir rehearsal?", scope="alice", **GEN)
     assert shared.source == "qa_bank" and shared.text == answer.text
     other.close()
+
+
+class _StopAfter:
+    """A caller's own stopping criterion: ends the answer after ``n`` new tokens."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.start = n, None
+
+    def __call__(self, input_ids, scores, **kwargs):  # type: ignore[no-untyped-def]
+        import torch
+
+        if self.start is None:
+            self.start = input_ids.shape[1] - 1
+        return torch.full((input_ids.shape[0],), input_ids.shape[1] - self.start >= self.n, dtype=torch.bool)
+
+
+def test_an_answer_cut_by_the_callers_stopping_criteria_is_not_stored() -> None:
+    # A cut answer stored in the QA bank would be served later, whole-looking, to the question.
+    pc = _pc()
+    pc.add_documents(DOCS, scope="alice")
+    q = "When is the choir rehearsal?"
+    cut = pc.ask(q, scope="alice", max_new_tokens=12, stopping_criteria=[_StopAfter(2)])
+    assert cut.source == "generated" and cut.stats is not None and cut.stats.new_tokens == 2
+    assert pc.qa_bank.entries(scope="alice") == []
+    assert cut.not_stored == "cut by the caller's stopping criteria"
+    whole = pc.ask(q, scope="alice", max_new_tokens=12)
+    assert whole.source == "generated" and whole.not_stored == ""  # generated again, then stored
+    # the caller's criterion that never fires: the model's own ending, stored
+    other = pc.ask("Who borrowed the projector?", scope="alice", max_new_tokens=4,
+                   stopping_criteria=[_StopAfter(50)])
+    assert other.not_stored == "" and len(pc.qa_bank.entries(scope="alice")) == 2
+    pc.close()

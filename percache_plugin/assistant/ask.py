@@ -47,6 +47,9 @@ class Answer:
         ``percache_chunk_vectors``), embedded during this call to compute ``relevance``.
     :ivar unsupported: for a generated answer, why it is not served to paraphrases: facts
         its sources do not support (``Config.answer_grounding``); empty when it is served.
+    :ivar not_stored: for a generated answer, why it was not stored in the QA bank (the
+        caller's own ``stopping_criteria`` or ``stop_strings`` ended it before the model did:
+        a cut answer must not be served later as the answer); empty when it was stored.
     """
 
     text: str
@@ -60,6 +63,7 @@ class Answer:
     relevance: float | None = None
     unsupported: tuple[str, ...] = ()
     relevance_embedded: int = 0
+    not_stored: str = ""
 
 
 def _ordered(chunks: Sequence[Chunk]) -> list[Chunk]:
@@ -89,6 +93,10 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
     text = gen.text.strip()
     unsupported: tuple[str, ...] = ()
+    not_stored = _cut_by_caller(a, gen.token_ids, generate_kwargs)
+    if not_stored:
+        return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
+                      not_stored=not_stored)
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
         a.hooks.qa_store(a.ctx, query, text, scope, sources, origin)
         unsupported = hold_back_unsupported(a, query, scope, text, ordered)
@@ -97,6 +105,20 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
                      "; ".join(unsupported))
     return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                   unsupported=unsupported)
+
+
+def _cut_by_caller(a: Assistant, new: Sequence[int], kwargs: dict[str, Any]) -> str:
+    """Why the answer is not the model's whole answer, or "": the caller's own stopping
+    criteria or stop strings ended it before an end-of-sequence token and ``max_new_tokens``."""
+    if not (kwargs.get("stopping_criteria") or kwargs.get("stop_strings")):
+        return ""
+    config = a.engine.model.generation_config
+    eos = kwargs.get("eos_token_id", config.eos_token_id)
+    eos_ids = {eos} if isinstance(eos, int) else set(eos or ())
+    limit = kwargs.get("max_new_tokens", config.max_new_tokens)
+    if (new and new[-1] in eos_ids) or (limit is not None and len(new) >= int(limit)):
+        return ""
+    return "cut by the caller's stopping criteria"
 
 
 QA_DRAFT_SIMILARITY = 0.4
