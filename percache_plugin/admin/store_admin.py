@@ -158,7 +158,7 @@ class StoreAdmin:
         self._knowledge: KnowledgeBank | None = None
         self._qa: QABank | None = None
         self._kv: dict[str, KVStore] = {}
-        self._changing = False  # this admin holds kv/.lock exclusively (see _exclusive)
+        self._changing = False  # this admin holds kv/.lock exclusively (see exclusive)
 
     # -- opening the parts ---------------------------------------------------------------
     def _stored_embedder(self) -> _StoredEmbedder | None:
@@ -245,7 +245,7 @@ class StoreAdmin:
 
         :raises KeyError: when no chunk belongs to ``doc_id``.
         """
-        with self._exclusive("remove a document from"):
+        with self.exclusive("remove a document from"):
             chunks = [c for c in self.chunks() if c.doc_id == doc_id and (scope is None or c.scope == scope)]
             if not chunks:
                 known = sorted({c.doc_id for c in self.chunks()})
@@ -270,7 +270,7 @@ class StoreAdmin:
     def purge(self, keep: str | None = None) -> int:
         """Remove the K/V of every fingerprint but ``keep`` (None: the fingerprint that wrote
         most recently); returns the number of nodes removed."""
-        with self._exclusive("purge"):
+        with self.exclusive("purge"):
             return self._purge(keep)
 
     def _purge(self, keep: str | None) -> int:
@@ -296,7 +296,7 @@ class StoreAdmin:
         """Delete everything in the store (K/V of every model, documents, QA bank, idle queue,
         prediction state), all but the two empty lock files in ``kv/``, which a store opening
         meanwhile already holds. Refuses when another process has the store open."""
-        with self._exclusive("clear"):
+        with self.exclusive("clear"):
             for child in self.path.iterdir():
                 if child.is_dir() and child.name == "kv":
                     for part in child.iterdir():
@@ -310,7 +310,7 @@ class StoreAdmin:
                     child.unlink()
 
     @contextmanager
-    def _exclusive(self, action: str) -> Iterator[None]:
+    def exclusive(self, action: str) -> Iterator[None]:
         """Hold ``kv/.lock`` exclusively for a change: stores opening meanwhile wait for its end.
 
         :raises StoreInUseError: another process or handle has the store open."""

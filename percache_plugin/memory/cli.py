@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..admin.store_admin import StoreAdmin
+from ..admin.store_admin import StoreAdmin, StoreInUseError
 from ..cli_errors import UsageError
 from ..kv.store import DB_NAME
 from ..rag.embeddings import Embedder, load_embedder
@@ -138,7 +138,8 @@ def _forget(args: argparse.Namespace) -> int:
         # The QA bank shares the memory's embedder (one handle wrote both).
         qa = QABank(args.store / DB_NAME, bank.embedder, byte_limit=None)
         try:
-            with StoreAdmin(args.store) as admin:
+            # Exclusive: a handle open on the store could save a session region holding the fact again.
+            with StoreAdmin(args.store) as admin, admin.exclusive("forget a fact in"):
                 stores = [admin.kv_store(fp) for fp in admin.fingerprints()]
 
                 def drop_answers(ids: list[str]) -> int:
@@ -150,6 +151,9 @@ def _forget(args: argparse.Namespace) -> int:
                 except UnknownFact as exc:
                     raise UsageError(str(exc), "see the ids with 'percache memory list STORE'") from exc
                 sessions, blocks = _drop_from_sessions(args.store, admin, args.query)
+        except StoreInUseError as exc:
+            raise UsageError(str(exc), "close the program using it, or call pc.memory.forget() "
+                             "in it") from exc
         finally:
             qa.close()
         scrubbed = bank.scrub()

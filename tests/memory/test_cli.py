@@ -70,3 +70,20 @@ def test_forget_deletes_the_prefix_blocks_that_held_the_fact(tmp_path: Path,
     assert main(["memory", "forget", str(tmp_path), held.fact_id]) == 0
     assert capsys.readouterr().out.startswith(f"forgot {held.fact_id}: ")
     held.check_gone(tmp_path, model, tok, config)
+
+
+def test_forget_is_refused_while_a_handle_has_the_store_open(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # The handle's live session holds the fact in its region: its next save would write the
+    # fact's ids back into the store after the command had forgotten it.
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off", memory_recall=True,
+                         memory_threshold=0.0, memory_recall_mode="splice")
+    tea = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact
+    pc.chat("What tea does Ana drink?", memory_scope="ana", max_new_tokens=2)
+    assert main(["memory", "forget", str(tmp_path), tea.id]) != 0
+    err = capsys.readouterr().err
+    assert "open in another process or handle" in err and "pc.memory.forget()" in err
+    assert [f.id for f in pc.memory.list(scope="ana")] == [tea.id]  # nothing half done
+    pc.close()
+    assert main(["memory", "forget", str(tmp_path), tea.id]) == 0
