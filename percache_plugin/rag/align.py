@@ -108,7 +108,8 @@ def alignment(a: WordVectors, b: WordVectors) -> Alignment:
     best_a, best_b = sims.max(axis=1), sims.max(axis=0)
 
     def worst(best: np.ndarray, own: list[str], other: list[str]) -> float:
-        left = [i for i, s in enumerate(own) if s not in set(other) and s not in FRAME_WORDS]
+        shared = set(other)
+        left = [i for i, s in enumerate(own) if s not in shared and s not in FRAME_WORDS]
         return float(best[left].min()) if left else 1.0
 
     return Alignment(
