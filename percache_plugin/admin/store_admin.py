@@ -25,7 +25,7 @@ from types import TracebackType
 import numpy as np
 
 from ..filemodes import private_dir
-from ..kv.integrity import DirectoryLock
+from ..kv.locks import DirectoryLock
 from ..kv.store import DB_NAME, KVStore, stored_fingerprints
 from ..personas.heads import HEADS_DIR as _PERSONA_HEADS
 from ..rag.chunking import Chunk
@@ -39,7 +39,7 @@ __all__ = ["StoreAdmin", "StoreInfo", "DocumentInfo", "FingerprintInfo", "Remove
 
 _KNOWLEDGE = "knowledge"
 _KNOWLEDGE_META = "knowledge.json"
-_LOCK_FILES = (".lock", ".write.lock")  # kv/: kept by clear() (see integrity.DirectoryLock, WriteLock)
+_LOCK_FILES = (".lock", ".write.lock")  # kv/: kept by clear() (see kv.locks.DirectoryLock, WriteLock)
 
 
 class StoreInUseError(RuntimeError):

@@ -39,17 +39,11 @@ try:  # ISA-L's crc32: the same values as zlib's, several times faster (optional
 except ImportError:  # pragma: no cover - depends on the environment
     from zlib import crc32 as _crc32
 
-try:  # POSIX advisory locks decide who may sweep a shared directory
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
 __all__ = [
     "FORMAT",
     "NODE_SUFFIX",
     "TEMP_PREFIX",
     "CorruptNodeError",
-    "DirectoryLock",
     "TensorSpec",
     "checksum_tensors",
     "fsync_dir",
@@ -59,7 +53,6 @@ __all__ = [
     "prefetch_file",
     "read_node_file",
     "sweep_files",
-    "WriteLock",
     "publish_node",
     "validate_key",
     "write_node_file",
@@ -131,62 +124,6 @@ def make_store_dirs(root: Path, fingerprint: str) -> Path:
     for d in (root, root / "kv", fp_dir):
         private_dir(d)
     return fp_dir
-
-
-class DirectoryLock:
-    """A shared flock held while a store is open; ``exclusive`` if no other store had it.
-
-    Only an exclusive opener may sweep: another live store's temp file is in-flight work,
-    not a crash leftover. The kernel drops the lock when a process dies.
-    """
-
-    def __init__(self, kv_root: Path) -> None:
-        self._fd: int | None = None
-        self.exclusive = True
-        if fcntl is None:  # pragma: no cover - Windows: sweep without coordination
-            return
-        self._fd = os.open(kv_root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.exclusive = False
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
-
-    def share(self) -> None:
-        """Downgrade to shared once the sweep is done, letting other stores open."""
-        if self._fd is not None and self.exclusive:
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
-            self.exclusive = False
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # releases the flock
-            self._fd = None
-
-
-class WriteLock:
-    """An exclusive flock on ``directory/name`` held while a node's file and row change together:
-    publishing a file + inserting its row, or deleting rows + their files. Without it another
-    process's delete could unlink a file whose row this process just inserted."""
-
-    def __init__(self, directory: Path, name: str) -> None:
-        self._fd: int | None = None
-        if fcntl is not None:
-            self._fd = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o600)
-
-    def __enter__(self) -> WriteLock:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 def sweep_files(kv_root: Path, keep: set[Path]) -> int:

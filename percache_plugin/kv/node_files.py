@@ -3,7 +3,7 @@
 Several stores (processes or handles) may share a directory: a shared flock on
 ``kv/.lock``, taken before anything else is opened, tells whether any other is open (only a
 lone opener sweeps crash leftovers) and keeps the store admin's changes out while it is held,
-and an exclusive flock on ``kv/.write.lock`` (:class:`~percache_plugin.kv.integrity.WriteLock`)
+and an exclusive flock on ``kv/.write.lock`` (:class:`~percache_plugin.kv.locks.WriteLock`)
 is held while a node's file and row change together.
 """
 
@@ -16,9 +16,7 @@ from pathlib import Path
 import torch
 
 from .integrity import (
-    DirectoryLock,
     TensorSpec,
-    WriteLock,
     fsync_dir,
     make_store_dirs,
     node_path,
@@ -28,6 +26,7 @@ from .integrity import (
     sweep_files,
     write_node_temp,
 )
+from .locks import DirectoryLock, WriteLock
 
 __all__ = ["NodeFiles"]
 
