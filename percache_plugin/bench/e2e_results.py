@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .e2e_methods import Method, select_methods
+from .e2e_methods import REFERENCE_METHOD, Method, select_methods
 from .e2e_replay import Background, QueryRecord, RunResult, summarize
 from .e2e_report import clean as _clean
 from .e2e_report import markdown_report as _markdown
 from .e2e_report import write_plots as _plots
+from .metrics import rouge_l
 
 __all__ = ["summaries", "write_results", "replot", "combine"]
 
@@ -47,6 +49,23 @@ def _run_from_dict(d: Mapping[str, Any]) -> RunResult:
     fields = {**d, "queries": [QueryRecord(**q) for q in d["queries"]],
               "background": Background(**d["background"])}
     return RunResult(**fields)
+
+
+def _score_against_naive(runs: Sequence[RunResult]) -> None:
+    """ROUGE-L vs naive for the answers of runs made without the naive run of their user and
+    stream (another part ran it), as :func:`~.e2e.run_benchmark` scores them within one run;
+    their summaries are recomputed. Answers already scored are left as they are."""
+    naive = {(r.user, r.stream): [q.answer for q in r.queries] for r in runs
+             if r.method == REFERENCE_METHOD and r.status == "ok"}
+    for r in runs:
+        ref = naive.get((r.user, r.stream))
+        missing = [q for q in r.queries if q.rouge_l_naive is None and q.index < len(ref or ())]
+        if ref is None or not missing:
+            continue
+        for q in missing:
+            q.rouge_l_naive = rouge_l(q.answer, ref[q.index])
+        if r.status == "ok":
+            r.summary = summarize([r])
 
 
 def replot(out: Path) -> dict[str, Any]:
@@ -85,6 +104,7 @@ def combine(parts: Sequence[Path], out: Path) -> dict[str, Any]:
     seen = [(r.user, r.stream, r.method) for r in runs]
     if len(seen) != len(set(seen)):
         raise ValueError("the parts replay the same (user, stream, method) twice: not combined")
+    _score_against_naive(runs)
     streams = list(dict.fromkeys(s for part in payloads for s in part["streams"]))
     users: dict[str, dict[str, Any]] = {}
     for part in payloads:
@@ -104,7 +124,7 @@ def combine(parts: Sequence[Path], out: Path) -> dict[str, Any]:
         "users": list(users.values()),
         "streams": streams,
         "summary": summaries(methods, runs, streams),
-        "runs": [r for part in payloads for r in part["runs"]],
+        "runs": [asdict(r) for r in runs],
         "tau_sweep": swept["tau_sweep"],
         "tau_sweep_runs": swept["tau_sweep_runs"],
         "sweep_stream": swept.get("sweep_stream"),

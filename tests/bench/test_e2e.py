@@ -192,6 +192,34 @@ def test_combine_parts_run_side_by_side(tmp_path: Path) -> None:
         e2e.combine([parts[0], parts[0]], tmp_path / "dup")
 
 
+def test_combine_scores_parts_run_without_naive(tmp_path: Path) -> None:
+    """Methods run in another part than naive get their ROUGE-L vs naive when combined, the
+    same figure a run with naive in it gives them."""
+    parts = []
+    for methods in (("naive",), ("ragcache+meancache",)):
+        out = tmp_path / methods[0]
+        out.mkdir()
+        e2e.run_benchmark(_settings(out, methods=methods, queries=2, tau_sweep=(),
+                                    streams=("original",)),
+                          load_model=lambda: tiny_pair("llama"), embedder="hash")
+        parts.append(out)
+    alone = json.loads((parts[1] / "results.json").read_text())
+    assert all(q["rouge_l_naive"] is None for q in alone["runs"][0]["queries"])
+    together = tmp_path / "together"
+    together.mkdir()
+    both = e2e.run_benchmark(_settings(together, methods=("naive", "ragcache+meancache"), queries=2,
+                                       tau_sweep=(), streams=("original",)),
+                             load_model=lambda: tiny_pair("llama"), embedder="hash")
+    data = e2e.combine(parts, tmp_path / "all")
+    run = next(r for r in data["runs"] if r["method"] == "ragcache+meancache")
+    want = next(r for r in both["runs"] if r["method"] == "ragcache+meancache")
+    assert [q["answer"] for q in run["queries"]] == [q["answer"] for q in want["queries"]]
+    assert [q["rouge_l_naive"] for q in run["queries"]] == [q["rouge_l_naive"] for q in want["queries"]]
+    assert run["summary"]["rouge_l_naive"] == want["summary"]["rouge_l_naive"] is not None
+    summary = data["summary"]["original"]["ragcache+meancache"]
+    assert summary["rouge_l_naive"] == want["summary"]["rouge_l_naive"]
+
+
 def test_one_stream_runs_choose_the_same_users(tmp_path: Path) -> None:
     """A run of the original stream alone chooses among the users with rewordings, as a
     paraphrase run does, so runs of one stream each can be combined."""
