@@ -5,8 +5,9 @@ Each action is one entry of :data:`ACTIONS` (``name -> (help, run)``), so anothe
 joins the group by adding an entry. ``search`` loads the embedder the memory was built with;
 ``list`` and ``forget`` embed nothing. ``forget`` removes the fact from every model
 fingerprint's K/V in the store (nodes that used it as a chunk), every stored answer built on
-it, and every saved session's memory region with the session's K/V from the fact's position
-on: its snapshot slices and the prefix blocks holding those positions (found by their chained
+it, and every saved session's memory region and every chat turn it was recalled into as text
+(the turn's memory block goes), with the session's K/V from the first changed position on: its
+snapshot slices and the prefix blocks holding those positions (found by their chained
 keys, whatever ``prefix_block_tokens`` stored them), then checkpoints the database (see
 :mod:`percache_plugin.memory.forget`).
 """
@@ -109,14 +110,15 @@ def _session_fingerprints(root: Path) -> list[str]:
         db.close()
 
 
-def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[int, int]:
-    """Take the fact out of every saved session's memory region (their K/V slices from its
-    position on go) and delete the stored nodes holding the session's former ids from that
-    position on (prefix blocks of any size, found from the store alone); returns the sessions
-    changed and the nodes deleted."""
+def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[int, int, int]:
+    """Take the fact out of every saved session's memory region and of the turns it was
+    recalled into as text (their K/V slices from the first changed position on go) and delete
+    the stored nodes holding the session's former ids from that position on (prefix blocks of
+    any size, found from the store alone); returns the sessions changed, the turns rewritten
+    and the nodes deleted."""
     fingerprints = _session_fingerprints(root)
     if not fingerprints:
-        return 0, 0
+        return 0, 0, 0
     store = SessionStore(root, fingerprints[0])
     try:
         changed = store.drop_fact(fact_id)
@@ -124,10 +126,10 @@ def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[in
         store.close()
     with_kv = set(admin.fingerprints())
     removed = 0
-    for fp, _, ids, start in changed:
-        if fp in with_kv:
-            removed += drop_blocks(admin.kv_store(fp), ids, start)
-    return len(changed), removed
+    for cut in changed:
+        if cut.fingerprint in with_kv:
+            removed += drop_blocks(admin.kv_store(cut.fingerprint), cut.former_ids, cut.start)
+    return len(changed), sum(cut.turns_rewritten for cut in changed), removed
 
 
 def _forget(args: argparse.Namespace) -> int:
@@ -150,7 +152,7 @@ def _forget(args: argparse.Namespace) -> int:
                     report = forget_everywhere(bank, args.query, stores, drop_answers)
                 except UnknownFact as exc:
                     raise UsageError(str(exc), "see the ids with 'percache memory list STORE'") from exc
-                sessions, blocks = _drop_from_sessions(args.store, admin, args.query)
+                sessions, turns, blocks = _drop_from_sessions(args.store, admin, args.query)
         except StoreInUseError as exc:
             raise UsageError(str(exc), "close the program using it, or call pc.memory.forget() "
                              "in it") from exc
@@ -160,7 +162,7 @@ def _forget(args: argparse.Namespace) -> int:
     finally:
         bank.close()
     print(f"forgot {report.fact_id}: {report.kv_nodes + blocks} K/V nodes, {report.answers} stored answers, "
-          f"{sessions} sessions"
+          f"{sessions} sessions ({turns} chat turns it was recalled into)"
           f"{'' if scrubbed else ' (the database is in use elsewhere: its WAL is emptied later)'}")
     return 0
 

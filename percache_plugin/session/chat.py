@@ -69,8 +69,9 @@ class ChatRunner:
         kwargs = dict(generate_kwargs)
         kwargs.setdefault("max_new_tokens", 64)
         turn_ids = self.layout.turn(memory + message, session.glue())
-        if memory:
-            stats.memory_tokens = len(turn_ids) - len(self.layout.turn(message, session.glue()))
+        bare = self.layout.turn(message, session.glue()) if memory else None
+        if bare is not None:
+            stats.memory_tokens = len(turn_ids) - len(bare)
         self.check_fits(session, turn_ids, int(kwargs["max_new_tokens"]))
         make_room(self.engine, session, len(turn_ids) + int(kwargs["max_new_tokens"]), message, stats)
         editor = session_editor(session, self.engine.shifter,
@@ -111,7 +112,8 @@ class ChatRunner:
             raise
         new = list(gen.token_ids)
         reply_ids = new[:-1] if new and new[-1] in self._eos() else new
-        turn = Turn(session.next_turn, message, turn_ids, reply_ids, gen.text)
+        turn = Turn(session.next_turn, message, turn_ids, reply_ids, gen.text,
+                    fact_ids=[str(i) for i in stats.fact_ids] if bare is not None else [], bare_ids=bare)
         session.turns.append(turn)
         session.next_turn += 1
         n = session.n_tokens

@@ -23,7 +23,7 @@ def drop_positions(session: Session, positions: list[int]) -> None:
     start = head
     for turn in session.turns:
         n_user, n_reply = len(turn.user_ids), len(turn.reply_ids)
-        turn.user_ids = [t for i, t in enumerate(turn.user_ids) if start + i not in gone]
+        turn.drop_user({i for i in range(n_user) if start + i in gone})
         turn.reply_ids = [t for i, t in enumerate(turn.reply_ids) if start + n_user + i not in gone]
         start += n_user + n_reply
     session.turns = [t for t in session.turns if t.n_tokens]

@@ -40,10 +40,10 @@ from ..kv.store import ChunkKV
 from ..memory.recall import MEMORY_HEADER, memory_block
 from ..segments import PromptPiece, Segment
 from .blocks import drop_blocks, exact_tokens
-from .evict import compact
 from .persist import SessionStore
+from .recalled import cut_at, without_recalled
 from .reply import ChatStats
-from .state import RegionFact, Session, cache_tokens, crop_to
+from .state import RegionFact, Session, cache_tokens
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -140,23 +140,28 @@ def without_fact(session: Session, fact_id: str) -> int | None:
 
 
 def forget_fact(engine: Engine, live: Sequence[Session], store: SessionStore | None, fact_id: str) -> int:
-    """Take a forgotten fact out of every session: the regions of the sessions in memory (their
-    caches cropped before it), the regions and K/V slices of saved sessions under every
-    fingerprint (their snapshots then end before it), and the prefix blocks that held it or
-    followed it, under every fingerprint and block size. Returns the sessions changed."""
+    """Take a forgotten fact out of every session: the regions and the turns it was recalled
+    into as text (:mod:`.recalled`) of the sessions in memory (their caches cropped before
+    it), the same in saved sessions under every fingerprint with their K/V slices from there
+    on (their snapshots then end before it, :mod:`.forget_rows`), and the prefix blocks that
+    held it or followed it, under every fingerprint and block size. Returns the sessions
+    changed."""
     changed = set()
     for session in live:
         with session.lock, engine.lock:
             ids = session.ids
-            start = without_fact(session, fact_id)
-            if start is None:
+            region = without_fact(session, fact_id)
+            recalled = without_recalled(session, fact_id)
+            starts = [s for s in (region, recalled[0] if recalled else None) if s is not None]
+            if not starts:
                 continue
+            start = min(starts)
             drop_blocks(engine.store, ids, start)
             session.published = session.published[:start // engine.config.prefix_block_tokens]
             changed.add((session.fingerprint, session.name))
-    for fp, name, ids, start in store.drop_fact(fact_id) if store is not None else []:
-        drop_blocks(engine.stores.get(fp, engine.config), ids, start)
-        changed.add((fp, name))
+    for cut in store.drop_fact(fact_id) if store is not None else []:
+        drop_blocks(engine.stores.get(cut.fingerprint, engine.config), cut.former_ids, cut.start)
+        changed.add((cut.fingerprint, cut.name))
     return len(changed)
 
 
@@ -168,16 +173,7 @@ def _set_region(session: Session, new: list[RegionFact], stats: ChatStats) -> in
         same += 1
     head = len(session.head_ids)
     start = head if same == 0 else head + len(session.memory_header) + sum(len(f.ids) for f in new[:same])
-    if any(t.masked for t in session.turns):
-        compact(session)  # without their slots masked turns would be attended again
-    cached = cache_tokens(session.cache)
-    stats.history_recomputed += max(0, cached - session.turns_start)
-    crop_to(session.cache, start)
-    session.cropped(start)
-    if session.keep is not None:
-        session.keep = None if bool(session.keep[:start].all()) else session.keep[:start]
-    session.saved_upto = min(session.saved_upto, start)
-    session.rewrite = True
+    cut_at(session, start, stats)
     session.memory = list(new)
     return start
 

@@ -25,49 +25,26 @@ from ..kv.integrity import (
     read_node_file,
     write_node_file,
 )
-from ..sqlite_tx import Schema, connect, transaction
+from ..sqlite_tx import connect, transaction
+from .forget_rows import SessionCut, drop_fact_rows
+from .schema import (
+    BUMP,
+    EXACT_SCHEMA,
+    MEMORY_SCHEMA,
+    SCHEMA,
+    SESSIONS_DB,
+    SESSIONS_DIR,
+    TURN_COLUMNS,
+    VERSION_SCHEMA,
+    migrate,
+)
 from .state import RegionFact, Session, Turn, cache_tokens
 
 __all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "MEMORY_SCHEMA",
            "SESSIONS_DIR", "SESSIONS_DB"]
 
-SESSIONS_DIR = "sessions"
-SESSIONS_DB = "sessions.sqlite"
-
-SCHEMA = Schema("sessions", 1, """
-CREATE TABLE IF NOT EXISTS chat_sessions (
-    fingerprint TEXT NOT NULL, name TEXT NOT NULL, system TEXT, head_ids TEXT NOT NULL,
-    first_glue TEXT NOT NULL, next_turn INTEGER NOT NULL, evicted_turns INTEGER NOT NULL,
-    PRIMARY KEY (fingerprint, name));
-CREATE TABLE IF NOT EXISTS chat_turns (
-    fingerprint TEXT NOT NULL, name TEXT NOT NULL, turn_id INTEGER NOT NULL, message TEXT NOT NULL,
-    user_ids TEXT NOT NULL, reply_ids TEXT NOT NULL, reply_text TEXT NOT NULL,
-    pinned INTEGER NOT NULL, masked INTEGER NOT NULL, PRIMARY KEY (fingerprint, name, turn_id));
-CREATE TABLE IF NOT EXISTS chat_kv (
-    fingerprint TEXT NOT NULL, name TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
-    file TEXT NOT NULL, checksum TEXT NOT NULL, layout TEXT NOT NULL,
-    PRIMARY KEY (fingerprint, name, start));
-""")
-
-
-# Where a session's stored K/V stops being exact (NULL: all of it is); a session without a row
-# (written before this table existed) counts as approximate from position 0.
-EXACT_SCHEMA = Schema("sessions_exact", 1, """
-CREATE TABLE IF NOT EXISTS chat_exact (
-    fingerprint TEXT NOT NULL, name TEXT NOT NULL, approx_from INTEGER,
-    PRIMARY KEY (fingerprint, name));
-""")
-
-# The latest state of each session name, whatever the weights: bumped by every save, reset and
-# delete (under the session's lock, sessions/locks.py), so a handle whose copy is older reads
-# the session again before its next turn; ``fingerprint`` says which weights' rows are latest.
-VERSION_SCHEMA = Schema("sessions_version", 1, """
-CREATE TABLE IF NOT EXISTS chat_version (
-    name TEXT PRIMARY KEY, version INTEGER NOT NULL, fingerprint TEXT NOT NULL);
-""")
-
-_BUMP = ("INSERT INTO chat_version VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-         "version = MAX(version, excluded.version - 1) + 1, fingerprint = excluded.fingerprint")
+_INSERT_TURN = (f"INSERT OR REPLACE INTO chat_turns ({', '.join(TURN_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(TURN_COLUMNS))})")
 
 
 @dataclass(frozen=True)
@@ -84,15 +61,6 @@ class StoredSession:
     kv_bytes: int
 
 
-# The memory region of a session (``Config.memory_recall_mode`` 'splice'): its scope (JSON), the
-# header's ids and its facts as JSON ``[[fact id, text hash, ids], ...]``.
-MEMORY_SCHEMA = Schema("sessions_memory", 1, """
-CREATE TABLE IF NOT EXISTS chat_memory (
-    fingerprint TEXT NOT NULL, name TEXT NOT NULL, scope TEXT NOT NULL, header TEXT NOT NULL,
-    facts TEXT NOT NULL, PRIMARY KEY (fingerprint, name));
-""")
-
-
 class SessionStore:
     """The sessions of one fingerprint under ``root/sessions``."""
 
@@ -100,6 +68,11 @@ class SessionStore:
         self.fingerprint = fingerprint
         self.dir = private_dir(root / SESSIONS_DIR / fingerprint[:32])
         self.db = connect(root / SESSIONS_DB, SCHEMA, EXACT_SCHEMA, VERSION_SCHEMA, MEMORY_SCHEMA)
+        try:
+            migrate(self.db)
+        except BaseException:
+            self.db.close()
+            raise
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -159,7 +132,7 @@ class SessionStore:
 
     def _bump(self, name: str, version: int) -> int:
         """Record a change of ``name`` (inside the caller's transaction); the new version."""
-        self.db.execute(_BUMP, (name, version + 1, self.fingerprint))
+        self.db.execute(BUMP, (name, version + 1, self.fingerprint))
         (new,) = self.db.execute("SELECT version FROM chat_version WHERE name = ?", (name,)).fetchone()
         return int(new)
 
@@ -198,9 +171,10 @@ class SessionStore:
                 self.db.execute("DELETE FROM chat_turns WHERE fingerprint = ? AND name = ?", (fp, name))
             for t in turns:
                 self.db.execute(
-                    "INSERT OR REPLACE INTO chat_turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _INSERT_TURN,
                     (fp, name, t.turn_id, t.message, json.dumps(t.user_ids), json.dumps(t.reply_ids),
-                     t.reply_text, int(t.pinned), int(t.masked)))
+                     t.reply_text, int(t.pinned), int(t.masked), json.dumps(t.fact_ids),
+                     None if t.bare_ids is None else json.dumps(t.bare_ids)))
             stale = self.db.execute(
                 "SELECT file FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?",
                 (fp, name, start)).fetchall()
@@ -228,36 +202,12 @@ class SessionStore:
             (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
         return version
 
-    def drop_fact(self, fact_id: str) -> list[tuple[str, str, list[int], int]]:
-        """Take memory fact ``fact_id`` out of every saved session's region, under every
-        fingerprint, with the K/V slices from its position on (they attended to it; the next
-        turn computes them again); returns ``(fingerprint, name, former ids, position)`` of
-        each session changed."""
-        changed, files = [], []
+    def drop_fact(self, fact_id: str) -> list[SessionCut]:
+        """Take memory fact ``fact_id`` out of every saved session under every fingerprint: its
+        memory region, the turns it was recalled into as text, and the K/V slices from the
+        first changed position on (:mod:`.forget_rows`); returns the sessions changed."""
         with self._lock, transaction(self.db):
-            rows = self.db.execute("SELECT m.fingerprint, m.name, m.header, m.facts, s.head_ids FROM "
-                                   "chat_memory m JOIN chat_sessions s USING (fingerprint, name)").fetchall()
-            for fp, name, header, facts_json, head in rows:
-                facts = json.loads(facts_json)
-                at = next((i for i, f in enumerate(facts) if f[0] == fact_id), None)
-                if at is None:
-                    continue
-                pos = len(json.loads(head))
-                pos += len(json.loads(header)) + sum(len(f[2]) for f in facts[:at]) if at else 0
-                turns = self.db.execute("SELECT user_ids, reply_ids FROM chat_turns WHERE fingerprint = ? "
-                                        "AND name = ? ORDER BY turn_id", (fp, name)).fetchall()
-                ids = json.loads(head) + json.loads(header) + [t for f in facts for t in f[2]]
-                ids += [t for u, r in turns for t in json.loads(u) + json.loads(r)]
-                self.db.execute("UPDATE chat_memory SET facts = ? WHERE fingerprint = ? AND name = ?",
-                                (json.dumps([f for f in facts if f[0] != fact_id]), fp, name))
-                files += [(fp, f) for (f,) in self.db.execute(
-                    "SELECT file FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?",
-                    (fp, name, pos)).fetchall()]
-                self.db.execute("DELETE FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?",
-                                (fp, name, pos))
-                # other copies of the session (handles, processes) read it again before a turn
-                self.db.execute("UPDATE chat_version SET version = version + 1 WHERE name = ?", (name,))
-                changed.append((fp, name, ids, pos))
+            changed, files = drop_fact_rows(self.db, fact_id)
         if changed:  # no old WAL frame keeps the fact's ids (rows are zeroed by secure_delete)
             with self._lock:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -277,7 +227,8 @@ class SessionStore:
             if row is None:
                 return None
             turns = self.db.execute(
-                "SELECT turn_id, message, user_ids, reply_ids, reply_text, pinned, masked FROM chat_turns "
+                "SELECT turn_id, message, user_ids, reply_ids, reply_text, pinned, masked, fact_ids, bare_ids "
+                "FROM chat_turns "
                 "WHERE fingerprint = ? AND name = ? ORDER BY turn_id", (fp, name)).fetchall()
             slices = self.db.execute("SELECT start, stop, file, checksum, layout FROM chat_kv WHERE "
                                      "fingerprint = ? AND name = ? ORDER BY start", (fp, name)).fetchall()
@@ -290,8 +241,8 @@ class SessionStore:
         session = Session(name, row[0], json.loads(row[1]), row[2], next_turn=row[3], evicted_turns=row[4])
         # rows of other weights are newer: the next turn reads those (-1 never matches)
         session.version = 0 if latest is None else latest[0] if latest[1] == fp else -1
-        session.turns = [Turn(t[0], t[1], json.loads(t[2]), json.loads(t[3]), t[4], bool(t[5]), bool(t[6]))
-                         for t in turns]
+        session.turns = [Turn(t[0], t[1], json.loads(t[2]), json.loads(t[3]), t[4], bool(t[5]), bool(t[6]),
+                              json.loads(t[7]), None if t[8] is None else json.loads(t[8])) for t in turns]
         if memory is not None:
             session.memory_scope, session.memory_header = json.loads(memory[0]), json.loads(memory[1])
             session.memory = [RegionFact(f[0], f[1], tuple(f[2])) for f in json.loads(memory[2])]

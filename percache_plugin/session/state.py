@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from os.path import commonprefix
 from typing import Any
 
 import torch
@@ -18,6 +19,10 @@ class Turn:
 
     :ivar turn_id: 1-based, never reused within a session (evicted turns keep their ids).
     :ivar pinned: never evicted.
+    :ivar fact_ids: the memory facts recalled as text into this turn (``memory_recall_mode``
+        'text'): ``user_ids`` then hold the memory block before the message.
+    :ivar bare_ids: with ``fact_ids``, the turn's user ids without the memory block (what
+        ``user_ids`` become when one of those facts is forgotten); None otherwise.
     """
 
     turn_id: int
@@ -27,6 +32,8 @@ class Turn:
     reply_text: str = ""
     pinned: bool = False
     masked: bool = False  # excluded from attention (``masked`` eviction), slots still resident
+    fact_ids: list[str] = field(default_factory=list)
+    bare_ids: list[int] | None = None
 
     @property
     def ids(self) -> list[int]:
@@ -35,6 +42,20 @@ class Turn:
     @property
     def n_tokens(self) -> int:
         return len(self.user_ids) + len(self.reply_ids)
+
+    def drop_user(self, offsets: set[int]) -> None:
+        """Remove the user ids at ``offsets``; the same ids leave :attr:`bare_ids` (those
+        before and after the memory block, where both lists agree; ids inside the block have no
+        counterpart there)."""
+        user = self.user_ids
+        if self.bare_ids is not None and offsets:
+            bare = self.bare_ids
+            lead = len(commonprefix([user, bare]))
+            tail = min(len(commonprefix([user[::-1], bare[::-1]])), min(len(user), len(bare)) - lead)
+            extra = len(user) - len(bare)
+            gone = {i for i in offsets if i < lead} | {i - extra for i in offsets if i >= len(user) - tail}
+            self.bare_ids = [t for i, t in enumerate(bare) if i not in gone]
+        self.user_ids = [t for i, t in enumerate(user) if i not in offsets]
 
 
 @dataclass(frozen=True)
@@ -133,7 +154,8 @@ def copy_turn(t: Turn) -> Turn:
     """A copy of ``t`` whose id lists are its own."""
     from dataclasses import replace
 
-    return replace(t, user_ids=list(t.user_ids), reply_ids=list(t.reply_ids))
+    return replace(t, user_ids=list(t.user_ids), reply_ids=list(t.reply_ids), fact_ids=list(t.fact_ids),
+                   bare_ids=None if t.bare_ids is None else list(t.bare_ids))
 
 
 def cache_tokens(cache: Any) -> int:

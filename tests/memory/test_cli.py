@@ -50,7 +50,7 @@ def test_forget_takes_the_fact_out_of_saved_sessions(tmp_path: Path, capsys: pyt
     assert tea.id in [f.fact_id for f in pc.sessions.get("default").memory]
     pc.close()
     assert main(["memory", "forget", str(tmp_path), tea.id]) == 0
-    assert capsys.readouterr().out.rstrip().endswith("1 sessions")
+    assert capsys.readouterr().out.rstrip().endswith("1 sessions (0 chat turns it was recalled into)")
     pc = percache.enable(model, tok, **config)
     session = pc.sessions.get("default")
     assert tea.id not in [f.fact_id for f in session.memory]

@@ -55,3 +55,16 @@ def test_the_persistent_head_cannot_be_deleted() -> None:
     with pytest.raises(ValueError, match="persistent head"):
         pc.chat("Again.", session="s", max_new_tokens=3)
     assert len(pc.sessions.get("s").turns) == 1
+
+
+def test_deleted_user_ids_leave_the_turns_ids_without_its_memory_block() -> None:
+    from percache_plugin.session.state import Turn
+
+    # user ids: glue 1 2, memory block 7 8 9, message 3 4, prompt 5
+    turn = Turn(1, "m", [1, 2, 7, 8, 9, 3, 4, 5], bare_ids=[1, 2, 3, 4, 5], fact_ids=["f"])
+    turn.drop_user({1, 3, 6})  # a glue id, a memory id, a message id
+    assert turn.user_ids == [1, 7, 9, 3, 5]
+    assert turn.bare_ids == [1, 3, 5]
+    plain = Turn(2, "m", [1, 2, 3])
+    plain.drop_user({0})
+    assert plain.user_ids == [2, 3] and plain.bare_ids is None

@@ -1,0 +1,75 @@
+"""A forgotten memory fact leaves every saved session, in its rows (used by
+:meth:`~.persist.SessionStore.drop_fact`, for ``pc.memory.forget`` and ``percache memory forget``).
+
+A fact reaches a saved session two ways:
+
+* in its memory region (``memory_recall_mode`` 'splice'): the fact leaves the region;
+* recalled as text into turns (``memory_recall_mode`` 'text'): each such turn's user ids are
+  replaced by its ids without the memory block (``bare_ids``); a turn that recalled other facts
+  too loses its whole memory block (they are recalled again only by a later turn). The turn's
+  message, reply and turn id stay: the conversation the user sees is unchanged.
+
+Either way the session's K/V slices from the first changed position on are deleted (they hold
+the fact or attended to it; the next turn computes them again from the ids), and its version is
+bumped, so every other copy of the session (handles, processes) reads it again before a turn.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import NamedTuple
+
+__all__ = ["SessionCut", "drop_fact_rows"]
+
+
+class SessionCut(NamedTuple):
+    """A saved session a forgotten fact was taken out of."""
+
+    fingerprint: str
+    name: str
+    former_ids: list[int]  # the conversation's ids before (to find the prefix blocks holding them)
+    start: int  # the first changed position: the session's K/V from here on is gone
+    turns_rewritten: int  # turns whose memory block was removed ('text' mode)
+
+
+def drop_fact_rows(db: sqlite3.Connection, fact_id: str) -> tuple[list[SessionCut], list[tuple[str, str]]]:
+    """Take ``fact_id`` out of every saved session's rows under every fingerprint (inside the
+    caller's write transaction); returns the sessions changed and ``(fingerprint, file)`` of the
+    K/V slice files to delete once the transaction has committed."""
+    changed, files = [], []
+    for fp, name, head_json in db.execute("SELECT fingerprint, name, head_ids FROM chat_sessions").fetchall():
+        key = (fp, name)
+        head = json.loads(head_json)
+        memory = db.execute("SELECT header, facts FROM chat_memory WHERE fingerprint = ? AND name = ?",
+                            key).fetchone()
+        header, facts = (json.loads(memory[0]), json.loads(memory[1])) if memory is not None else ([], [])
+        region = header + [t for f in facts for t in f[2]] if facts else []
+        turns = db.execute("SELECT turn_id, user_ids, reply_ids, fact_ids, bare_ids FROM chat_turns "
+                           "WHERE fingerprint = ? AND name = ? ORDER BY turn_id", key).fetchall()
+        ids = head + region
+        cut = None
+        at = next((i for i, f in enumerate(facts) if f[0] == fact_id), None)
+        if at is not None:
+            cut = len(head) + (len(header) + sum(len(f[2]) for f in facts[:at]) if at else 0)
+            db.execute("UPDATE chat_memory SET facts = ? WHERE fingerprint = ? AND name = ?",
+                       (json.dumps([f for f in facts if f[0] != fact_id]), fp, name))
+        rewritten = 0
+        for turn_id, user_json, reply_json, fact_ids, bare in turns:
+            pos = len(ids)
+            ids += json.loads(user_json) + json.loads(reply_json)
+            if bare is None or fact_id not in json.loads(fact_ids):
+                continue
+            cut = pos if cut is None else min(cut, pos)
+            rewritten += 1
+            db.execute("UPDATE chat_turns SET user_ids = ?, fact_ids = '[]', bare_ids = NULL WHERE "
+                       "fingerprint = ? AND name = ? AND turn_id = ?", (bare, fp, name, turn_id))
+        if cut is None:
+            continue
+        files += [(fp, f) for (f,) in db.execute(
+            "SELECT file FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?", (fp, name, cut)).fetchall()]
+        db.execute("DELETE FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?", (fp, name, cut))
+        # other copies of the session (handles, processes) read it again before a turn
+        db.execute("UPDATE chat_version SET version = version + 1 WHERE name = ?", (name,))
+        changed.append(SessionCut(fp, name, ids, cut, rewritten))
+    return changed, files
