@@ -151,6 +151,23 @@ class Config:
         "Verify a checksum of every K/V file when it is loaded; a mismatch counts as a miss.",
         True,
     )
+    kv_overlap_reads: bool = _help(
+        "Read the K/V files of a request's exact prefix layer by layer in a background thread "
+        "while the forward runs: layer i is computed while layer i+1 is read, each layer used "
+        "only after its checksum matched (files written since per-layer checksums; older files "
+        "are read whole first). A layer that fails its check mid-forward aborts that forward, "
+        "drops the node and computes the request again without it (stats.corrupt_aborts). "
+        "False: every file is read and checked before the forward starts.",
+        True,
+    )
+    kv_prefetch: bool = _help(
+        "Before loading a request's K/V files, ask the OS to read them all into its page cache "
+        "(posix_fadvise WILLNEED), file after file. It helped when other processes kept the disk "
+        "busy and whole files were read one after the other; with kv_overlap_reads it makes "
+        "layer 0 of the last file wait for every earlier file. See docs/BENCHMARKS.md, 'Time to "
+        "first token'.",
+        False,
+    )
     system_prompt: str = _help(
         "System prompt of ask(); cached like any chunk.",
         "You are a helpful personal assistant. Answer the question briefly using the notes.",

@@ -53,7 +53,7 @@ from .hooks.registries import Registries
 from .kv.blocks import block_prompt, plain_ids
 from .kv.cache import empty_cache
 from .kv.stores import FingerprintStores
-from .request import Finish, Prefilled, check_length, open_request
+from .request import Finish, Prefilled, check_length, open_request, recompute_on_corrupt
 from .reuse import ReuseRunner
 from .segments import Prompt, Segment, normalize_segments
 from .stats import Generation, GenerationStats, StatsTotals
@@ -241,23 +241,23 @@ class Engine:
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
-            stop = interrupt_check(self.preemption)
-            prompt, cache, served, stats, finish = self._prepare(
-                segments, int(generate_kwargs["max_new_tokens"]), t0, stop)
-            gen = None
-            try:  # a background request computes the prompt here, in chunks, checked between them
-                ready = prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk,
-                                     stop) if stop else served
-                preempt = self.preemption.flag if self.preemption.in_background() else None
-                drafting = self.drafting(prompt, generate_kwargs, drafts, stats)
-                gen = run_generate(self.model, self.tokenizer, prompt, cache, ready, stats,
-                                   generate_kwargs, t0, preempt, self.preemption.deadline, drafting)
-                stats.tokens_computed = prompt.n_tokens - served
-            finally:
-                finish(cache, gen, gen is not None)
-            if gen.stats.fallback == "preempted":
-                raise Preempted("background generation yielded to a foreground request")
-            return gen
+            return recompute_on_corrupt(lambda aborted: self._generate(segments, drafts, generate_kwargs, t0, aborted))
+
+    def _generate(self, segments: Sequence[str | Segment] | Prompt, drafts: DraftHints | None, generate_kwargs: dict[str, Any], t0: float, aborted: int) -> Generation:
+        stop = interrupt_check(self.preemption)
+        prompt, cache, served, stats, finish = self._prepare(segments, int(generate_kwargs["max_new_tokens"]), t0, stop, aborted)
+        gen = None
+        try:  # a background request computes the prompt here, in chunks, checked between them
+            ready = prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop) if stop else served
+            preempt = self.preemption.flag if self.preemption.in_background() else None
+            drafting = self.drafting(prompt, generate_kwargs, drafts, stats)
+            gen = run_generate(self.model, self.tokenizer, prompt, cache, ready, stats, generate_kwargs, t0, preempt, self.preemption.deadline, drafting)
+            stats.tokens_computed = prompt.n_tokens - served
+        finally:
+            finish(cache, gen, gen is not None)
+        if gen.stats.fallback == "preempted":
+            raise Preempted("background generation yielded to a foreground request")
+        return gen
 
     def drafting(self, prompt: Prompt, kwargs: dict[str, Any], hints: DraftHints | None,
                  stats: GenerationStats) -> DraftedDecoding | None:
@@ -300,21 +300,24 @@ class Engine:
         teacher-forced quality checks of approximate reuse. What was computed is stored."""
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
-            stop = interrupt_check(self.preemption)
-            prompt, cache, served, stats, finish = self._prepare(segments, 1, t0, stop)
-            done = False
-            try:
-                prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop)
-                stats.tokens_computed = prompt.n_tokens - 1 - served
-                done = True
-            finally:
-                finish(cache, None, done)
-            return Prefilled(prompt, cache, stats)
+            return recompute_on_corrupt(lambda aborted: self._prefill(segments, t0, aborted))
+
+    def _prefill(self, segments: Sequence[str | Segment] | Prompt, t0: float, aborted: int) -> Prefilled:
+        stop = interrupt_check(self.preemption)
+        prompt, cache, served, stats, finish = self._prepare(segments, 1, t0, stop, aborted)
+        done = False
+        try:
+            prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop)
+            stats.tokens_computed = prompt.n_tokens - 1 - served
+            done = True
+        finally:
+            finish(cache, None, done)
+        return Prefilled(prompt, cache, stats)
 
     def _prepare(self, segments: Sequence[str | Segment] | Prompt, max_new: int, t0: float,
-                 stop: StopCheck | None = None) -> tuple[Prompt, Any, int, GenerationStats, Finish]:
+                 stop: StopCheck | None = None, aborted: int = 0) -> tuple[Prompt, Any, int, GenerationStats, Finish]:
         """The prompt, its cache, the prompt positions it serves, the stats and a ``finish(cache,
-        generation, completed)`` (:func:`~percache_plugin.request.open_request`; ``stop``: ditto)."""
+        generation, completed)`` (:func:`~percache_plugin.request.open_request`; ``stop``, ``aborted``: ditto)."""
         if self._closed:
             raise RuntimeError("this percache handle was closed; call enable() again")
         if self._enabled:
@@ -326,7 +329,7 @@ class Engine:
                     lambda cache, gen, completed: None)
         assert self._reuse is not None
         req = open_request(self.ctx, self._reuse, prompt, t0, self._totals, lambda: self._enabled,
-                           chunk=self.config.background_prefill_chunk, stop=stop)
+                           chunk=self.config.background_prefill_chunk, stop=stop, aborted=aborted)
         return prompt, req.cache, req.served, req.stats, req.finish
 
     # -- storing ------------------------------------------------------------------------

@@ -11,11 +11,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .decode import context_limit
 from .decode.chunked import StopCheck
 from .kv.cache import empty_cache
+from .kv.layer_read import CorruptLayerError
 from .reuse import PlanError, ReuseRunner, store_computed
 from .segments import Prompt
 from .stats import Generation, GenerationStats, StatsTotals
@@ -23,9 +24,10 @@ from .stats import Generation, GenerationStats, StatsTotals
 if TYPE_CHECKING:
     from .hooks.contexts import EngineContext
 
-__all__ = ["Finish", "Opened", "Prefilled", "check_length", "open_request"]
+__all__ = ["Finish", "Opened", "Prefilled", "check_length", "open_request", "recompute_on_corrupt"]
 
 log = logging.getLogger("percache")
+T = TypeVar("T")
 
 Finish = Callable[[Any, "Generation | None", bool], None]
 """``finish(cache, generation, completed)``: store and account a completed request, and fire
@@ -63,23 +65,37 @@ def check_length(model: Any, prompt: Prompt, max_new: int) -> None:
         )
 
 
+def recompute_on_corrupt(attempt: Callable[[int], T]) -> T:
+    """``attempt(aborted)``, run again once if a K/V layer read in the background failed its
+    check mid-forward (:class:`~percache_plugin.kv.layer_read.CorruptLayerError`: the forward
+    produced nothing and the store dropped the node). The second attempt (``aborted`` 1) plans
+    afresh and reads whole files, each checked before its use, so it cannot abort again."""
+    try:
+        return attempt(0)
+    except CorruptLayerError as exc:
+        log.warning("percache: %s; the node is dropped and the request computed again", exc)
+        return attempt(1)
+
+
 def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: float,
                  totals: StatsTotals, enabled: Callable[[], bool], *, chunk: int | None = None,
-                 stop: StopCheck | None = None) -> Opened:
+                 stop: StopCheck | None = None, aborted: int = 0) -> Opened:
     """Fire ``request_start``, plan (``percache_plan_reuse``), load exact and shifted K/V, and
     build the cache (a splice that cannot run falls back to a full prefill, said in
     ``stats.fallback``). ``request_end`` fires if this raises. ``enabled()`` is asked at finish
     time: a handle disabled meanwhile stores nothing. ``chunk`` and ``stop`` (a background
     request) run a splice's forward in chunks with ``stop`` checked between them
-    (:meth:`ReuseRunner.splice <percache_plugin.reuse.ReuseRunner.splice>`)."""
-    stats = GenerationStats(prompt_tokens=prompt.n_tokens)
+    (:meth:`ReuseRunner.splice <percache_plugin.reuse.ReuseRunner.splice>`). ``aborted``: an
+    earlier attempt of this request was aborted by a corrupt layer (counted in
+    ``stats.corrupt_aborts``; the K/V is then read whole, checked before use)."""
+    stats = GenerationStats(prompt_tokens=prompt.n_tokens, corrupt_aborts=aborted)
     store = ctx.store
     errors_before = store.write_errors
     ctx.hooks.request_start(ctx, prompt)
     try:
         plan = ctx.hooks.plan_reuse(ctx, prompt)
         runner.prefetch(prompt, plan)
-        exact = runner.load_exact(prompt, plan, stats)
+        exact = runner.load_exact(prompt, plan, stats, layered=not aborted)
         shifted = runner.load_shifted(prompt, plan, stats)
         stats.load_s = time.perf_counter() - t0
         if shifted:

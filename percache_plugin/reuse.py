@@ -68,15 +68,22 @@ class ReuseRunner:
     def prefetch(self, prompt: Prompt, plan: ReusePlan) -> None:
         """Start reading every node the plan loads (``percache_prefetch_chunks``), so the disk
         reads them all at once while :meth:`load_exact` checks and copies the first ones."""
+        if not self._ctx.config.kv_prefetch:
+            return
         keys = [prompt.pieces[i].key for i in plan.exact] + [sp.key for sp in plan.shifted]
         self._ctx.hooks.prefetch_chunks(self._ctx, tuple(k for k in keys if k is not None))
 
-    def load_exact(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats) -> list[ChunkKV]:
+    def load_exact(self, prompt: Prompt, plan: ReusePlan, stats: GenerationStats, *,
+                   layered: bool = True) -> list[ChunkKV]:
+        """The exact prefix's K/V; with ``layered``, ``Config.kv_overlap_reads`` and no shifted
+        chunk in the plan, possibly still being read layer by layer (the cache waits for each
+        layer at its first use)."""
         chunks: list[ChunkKV] = []
+        layered = layered and self._ctx.config.kv_overlap_reads and not plan.shifted
         for i in plan.exact:
             piece = prompt.pieces[i]
             assert piece.key is not None
-            kv = self._ctx.hooks.load_chunk(self._ctx, piece.key, piece.token_ids)
+            kv = self._ctx.hooks.load_chunk(self._ctx, piece.key, piece.token_ids, layered=layered)
             if kv is None:  # corrupt or evicted: exact reuse ends here
                 stats.load_misses += 1
                 break

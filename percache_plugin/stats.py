@@ -28,6 +28,7 @@ class GenerationStats:
     bytes_loaded: int = 0
     bytes_stored: int = 0
     load_misses: int = 0  # planned nodes that failed to load (corrupt, evicted meanwhile)
+    corrupt_aborts: int = 0  # forwards aborted by a K/V layer failing its check mid-read (Config.kv_overlap_reads), then computed again
     ram_hits: int = 0  # nodes served from the RAM tier (no file read, no checksum)
     ram_bytes: int = 0  # bytes of those nodes
     ram_misses: int = 0  # nodes the RAM tier did not hold: read from the store
@@ -99,6 +100,7 @@ class StatsTotals:
     bytes_loaded: int = 0
     bytes_stored: int = 0
     load_misses: int = 0
+    corrupt_aborts: int = 0
     ram_hits: int = 0
     ram_bytes: int = 0
     ram_misses: int = 0

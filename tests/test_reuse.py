@@ -49,14 +49,19 @@ class _Order:
 def test_a_cached_request_prefetches_its_planned_nodes_before_loading_them(tmp_path) -> None:
     model, tok = tiny_pair("llama")
     order = _Order()
-    pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=0, plugins=[order])
+    pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=0, plugins=[order],
+                         kv_prefetch=True)
     pc.generate(SEGMENTS, max_new_tokens=1)
     order.calls.clear()
     g = pc.generate(SEGMENTS, max_new_tokens=1)
-    pc.close()
     loads = [keys[0] for what, keys in order.calls if what == "load"]
     assert g.stats.nodes_reused == len(loads) > 0
     assert order.calls[0] == ("prefetch", tuple(loads))
+    pc.configure(kv_prefetch=False)  # Config.kv_prefetch off (the default): no prefetch
+    order.calls.clear()
+    pc.generate(SEGMENTS, max_new_tokens=1)
+    pc.close()
+    assert [what for what, _ in order.calls] == ["load"] * len(loads)
 
 
 def test_a_cached_generate_joins_each_layer_in_its_first_forward(tmp_path, monkeypatch) -> None:

@@ -41,13 +41,14 @@ class RamTierKV:
             register(name, factory)
 
     @hookimpl(tryfirst=True)
-    def percache_load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+    def percache_load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...],
+                            layered: bool) -> ChunkKV | None:
         if not ctx.config.ram_cache_bytes:
             if self.tier is not None:
                 self.tier.close()
                 self.tier = None
             return None
-        return self._tier(ctx).get(key, token_ids)
+        return self._tier(ctx).get(key, token_ids, layered=layered)
 
     @hookimpl(tryfirst=True)
     def percache_prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> bool | None:

@@ -58,15 +58,20 @@ class KVRamTier:
         self.policy_name = policy if isinstance(policy, str) else policy.name
         self.tracer = tracer
         self.stale = 0
+        self._pending: list[tuple[Hashable, ChunkKV, tuple[float, str, int], str]] = []
         store.add_listener(self.invalidate)
 
     @property
     def stats(self) -> CacheStats:
         return self.cache.stats
 
-    def get(self, key: str, token_ids: Sequence[int]) -> ChunkKV | None:
+    def get(self, key: str, token_ids: Sequence[int], *, layered: bool = False) -> ChunkKV | None:
         """The node's K/V from RAM if the store still holds that version, else from the store
-        (then offered to the cache). None when the store misses or rejects the node."""
+        (then offered to the cache). None when the store misses or rejects the node.
+
+        ``layered``: a miss may return a chunk still being read (``ChunkKV.pending``); it is
+        offered to the cache only once every layer is read and checked, at the next call."""
+        self._settle()
         info = self.store.info(key)
         if info is None:  # not stored: the store's own loader counts the miss
             self.invalidate(key)
@@ -82,18 +87,38 @@ class KVRamTier:
                 return held.kv
             self.cache.invalidate(ck)
             self.stale += 1
-        kv = self.store.get(key, token_ids=token_ids)
+        kv = self.store.get(key, token_ids=token_ids, layered=layered)
         self._trace(key, info.nbytes, cls)
         if kv is None:
             return None
-        after = self.store.info(key)  # the row we read may have been replaced meanwhile
-        if after is not None and _version(after) == _version(info):
-            self.cache.offer(ck, _Entry(replace(kv, origin="ram"), _version(info)), kv.nbytes, cls)
+        if kv.pending is not None:
+            self._pending.append((ck, kv, _version(info), cls))
+        else:
+            self._offer(ck, kv, _version(info), cls)
         return replace(kv, origin="store")
+
+    def _offer(self, ck: Hashable, kv: ChunkKV, version: tuple[float, str, int], cls: str) -> None:
+        after = self.store.info(str(ck))  # the row we read may have been replaced meanwhile
+        if after is not None and _version(after) == version:
+            self.cache.offer(ck, _Entry(replace(kv, origin="ram", pending=None), version), kv.nbytes, cls)
+
+    def _settle(self) -> None:
+        """Offer the chunks read in the background that are now read and checked; forget the
+        failed ones (the store dropped them)."""
+        waiting = []
+        for item in self._pending:
+            gate = item[1].pending
+            assert gate is not None
+            if not gate.finished:
+                waiting.append(item)
+            elif gate.ok:
+                self._offer(*item)
+        self._pending = waiting
 
     def prefetch(self, keys: Sequence[str]) -> int:
         """Start reading from the store the nodes this tier does not hold (``KVStore.prefetch``);
         a held node whose row changed is read by :meth:`get` without a prefetch."""
+        self._settle()
         return self.store.prefetch([k for k in keys if self.cache.peek(k) is None])
 
     def invalidate(self, key: str) -> None:
@@ -103,6 +128,7 @@ class KVRamTier:
     def close(self) -> None:
         self.store.remove_listener(self.invalidate)
         self.cache.clear()
+        self._pending.clear()
 
     def _trace(self, key: str, nbytes: int, cls: str) -> None:
         if self.tracer is not None:

@@ -125,8 +125,9 @@ class Hooks:
         plan = self._hook.percache_plan_reuse(ctx=ctx, prompt=prompt)
         return plan if plan is not None else ReusePlan(note="no planner answered")
 
-    def load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
-        return self._hook.percache_load_chunk(ctx=ctx, key=key, token_ids=token_ids)
+    def load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...], *,
+                   layered: bool = False) -> ChunkKV | None:
+        return self._hook.percache_load_chunk(ctx=ctx, key=key, token_ids=token_ids, layered=layered)
 
     def prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> None:
         if keys:

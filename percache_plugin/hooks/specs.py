@@ -126,7 +126,8 @@ def percache_plan_reuse(ctx: EngineContext, prompt: Prompt) -> ReusePlan | None:
 
 
 @hookspec(firstresult=True)
-def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
+def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...],
+                        layered: bool) -> ChunkKV | None:
     """Load the K/V of one planned node. firstresult.
 
     The default reads ``ctx.store``; a corrupt or missing entry returns None, which ends exact
@@ -135,6 +136,10 @@ def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]
     :param ctx: the engine context.
     :param key: the store key of the node.
     :param token_ids: the token ids the node must hold (checked against its stored hash).
+    :param layered: the caller accepts a chunk whose layers are still being read
+        (``ChunkKV.pending``, :mod:`percache_plugin.kv.layer_read`): the exact-prefix path of a
+        request with ``Config.kv_overlap_reads``, whose forward waits for each layer at its
+        first use. A loader that cannot defer ignores it (and may leave it out of its signature).
     :return: the K/V, per layer ``[kv_heads, n_tokens, head_dim]``, or None.
     """
 
@@ -143,7 +148,8 @@ def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]
 def percache_prefetch_chunks(ctx: EngineContext, keys: tuple[str, ...]) -> bool | None:
     """Start reading the planned nodes ahead of their ``percache_load_chunk`` calls. firstresult.
 
-    Called once per request, after planning, with every node the plan will load. The default
+    Called once per request with ``Config.kv_prefetch`` on (off by default: with the
+    layer-by-layer reader it delays layer 0), after planning, with every node the plan will load. The default
     asks the OS to read the nodes' files into its page cache now (``KVStore.prefetch``:
     asynchronous, all files at once, so the disk works at full queue depth while the first
     nodes are checked and copied); the RAM tier prefetches only the nodes it does not hold.

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from transformers import Cache, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .layer_read import LayerGate
 from .store import ChunkKV
 
 __all__ = ["cache_from_chunks", "slice_chunk", "empty_cache", "layer_kv", "DeferredLayer"]
@@ -27,9 +28,16 @@ class DeferredLayer(DynamicLayer):
     cache makes anyway: ``DynamicLayer.update`` concatenates), or when ``keys``/``values`` are
     read or set before that (then alone). The parts are never written to, handed out or kept
     after that: the chunks' tensors (the RAM tier's, say) stay as they were, and ``generate``
-    may mutate the cache freely. Afterwards it behaves as its parent."""
+    may mutate the cache freely. Afterwards it behaves as its parent.
 
-    def __init__(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
+    ``wait``: called before the parts are first touched (the parts are still being read, e.g.
+    :meth:`~percache_plugin.kv.layer_read.LayerGate.wait`; what it raises propagates, and the
+    layer stays deferred); the parts are then converted to ``dtype`` and ``device`` (default:
+    the first key part's)."""
+
+    def __init__(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], *,
+                 wait: Callable[[], None] | None = None, dtype: torch.dtype | None = None,
+                 device: torch.device | None = None) -> None:
         self._parts: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
@@ -37,8 +45,10 @@ class DeferredLayer(DynamicLayer):
         if not keys or len(keys) != len(values):
             raise ValueError("a deferred layer needs as many key as value parts, at least one")
         self._parts = (list(keys), list(values))
+        self._wait = wait
         self._length = sum(int(k.shape[-2]) for k in keys)
-        self.dtype, self.device = keys[0].dtype, keys[0].device
+        self.dtype = keys[0].dtype if dtype is None else dtype
+        self.device = keys[0].device if device is None else device
         self.is_initialized = True
 
     @property
@@ -48,7 +58,11 @@ class DeferredLayer(DynamicLayer):
 
     def _join(self, extra: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         assert self._parts is not None
-        (pk, pv), self._parts = self._parts, None
+        if self._wait is not None:
+            self._wait()
+            self._wait = None
+        pk, pv = ([t.to(device=self.device, dtype=self.dtype) for t in ts] for ts in self._parts)
+        self._parts = None
         self._keys = torch.cat(pk if extra is None else [*pk, extra[0]], dim=-2)
         self._values = torch.cat(pv if extra is None else [*pv, extra[1]], dim=-2)
 
@@ -91,13 +105,23 @@ def cache_from_chunks(chunks: Sequence[ChunkKV], dtype: torch.dtype, device: tor
     """A fresh cache holding the chunks' K/V back to back (batch of one), in
     :class:`DeferredLayer` s: nothing is copied here; each layer's chunks are concatenated by the
     first forward, with its new tokens, in the one copy that forward makes anyway (chunks in
-    another dtype or device are converted first, a copy of their own)."""
+    another dtype or device are converted then, a copy of their own). Chunks still being read
+    (``ChunkKV.pending``) are waited for layer by layer, when the forward first uses a layer."""
     cache = empty_cache()
+    gates = [c.pending for c in chunks if c.pending is not None]
     for layer in range(len(chunks[0].keys)):
-        keys = [c.keys[layer].unsqueeze(0).to(device=device, dtype=dtype) for c in chunks]
-        values = [c.values[layer].unsqueeze(0).to(device=device, dtype=dtype) for c in chunks]
-        cache.layers.append(DeferredLayer(keys, values))
+        keys = [c.keys[layer].unsqueeze(0) for c in chunks]
+        values = [c.values[layer].unsqueeze(0) for c in chunks]
+        wait = _waiter(gates, layer) if gates else None
+        cache.layers.append(DeferredLayer(keys, values, wait=wait, dtype=dtype, device=device))
     return cache
+
+
+def _waiter(gates: Sequence[LayerGate], layer: int) -> Callable[[], None]:
+    def wait() -> None:
+        for gate in gates:
+            gate.wait(layer)
+    return wait
 
 
 def layer_kv(cache: Cache, index: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,10 +6,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import torch
 
 from .integrity import hash_token_ids, validate_key
+
+if TYPE_CHECKING:
+    from .layer_read import LayerGate
 
 __all__ = ["ChunkKV", "NodeInfo", "StoreStats", "check_limit", "check_node", "node_info", "plain"]
 
@@ -21,11 +25,16 @@ class ChunkKV:
     ``origin`` says where a loader found it, for the request's stats: ``"ram"`` (served by the
     RAM tier), ``"store"`` (read from the store by the RAM tier on a miss) or ``""`` (not said).
     It takes no part in equality.
+
+    ``pending``: the tensors are still being read in the background, layer by layer
+    (:mod:`.layer_read`; only loads asked for with ``layered=True`` return such chunks): layer
+    ``i`` may be read only after ``pending.wait(i)``, anything else only after :meth:`ready`.
     """
 
     keys: tuple[torch.Tensor, ...]
     values: tuple[torch.Tensor, ...]
     origin: str = field(default="", compare=False)
+    pending: LayerGate | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keys", tuple(self.keys))
@@ -56,8 +65,17 @@ class ChunkKV:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
+    def ready(self) -> ChunkKV:
+        """This chunk once every layer is read and checked (at once unless ``pending``).
+
+        :raises ~percache_plugin.kv.layer_read.CorruptLayerError: a layer failed its check."""
+        if self.pending is not None:
+            self.pending.wait_all()
+        return self
+
     def to(self, dtype: torch.dtype) -> ChunkKV:
         """Same chunk cast to ``dtype`` (tensors already in ``dtype`` are not copied)."""
+        self.ready()
         return ChunkKV(
             tuple(t.to(dtype) for t in self.keys), tuple(t.to(dtype) for t in self.values)
         )

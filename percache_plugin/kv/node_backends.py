@@ -14,9 +14,12 @@ from typing import Protocol
 
 import torch
 
+from .checksums import parse_layer_checksums
 from .chunk import ChunkKV
 from .integrity import FORMAT, CorruptNodeError, TensorSpec
+from .layer_read import LayerReader, open_layered
 from .node_files import NodeFiles
+from .node_read import direct_read_supported
 from .store_index import NodeIndex
 
 __all__ = ["FileNodes", "MemoryNodes", "NodeBackend", "NodeRow"]
@@ -35,7 +38,10 @@ class NodeBackend(Protocol):
     def store(self, key: str, chunk: ChunkKV, tensors: dict[str, torch.Tensor], nbytes: int,
               layout: list[TensorSpec], row: NodeRow) -> bool: ...
 
-    def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool) -> ChunkKV: ...
+    def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool,
+             layered: bool = False, on_corrupt: Callable[[str], None] | None = None) -> ChunkKV:
+        """The node's K/V. ``layered``: a chunk still being read may be returned
+        (``ChunkKV.pending``; ``on_corrupt(reason)`` is called once if a layer fails later)."""
 
     def prefetch(self, keys: Sequence[str]) -> int:
         """Start reading these nodes' tensors ahead of :meth:`load` (asynchronous, best-effort);
@@ -71,7 +77,8 @@ class MemoryNodes:
             self._tensors.pop(key, None)
             raise
 
-    def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool) -> ChunkKV:
+    def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool,
+             layered: bool = False, on_corrupt: Callable[[str], None] | None = None) -> ChunkKV:
         stored = self._tensors.get(key)
         if stored is None:
             raise CorruptNodeError("tensors missing from memory")
@@ -93,13 +100,15 @@ class MemoryNodes:
 class FileNodes:
     """One safetensors file per node (:class:`~percache_plugin.kv.node_files.NodeFiles`), whose
     header repeats the row's identity (fingerprint, key, token hash, position, checksum) so a
-    file that does not belong to the row is caught on read."""
+    file that does not belong to the row is caught on read. A node with per-layer checksums
+    (``crc32l:``) can be read layer by layer in the background (:mod:`.layer_read`)."""
 
     owns_copies = False
 
     def __init__(self, index: NodeIndex, files: NodeFiles) -> None:
         self._index = index
         self.files = files
+        self.reader = LayerReader()
 
     def metadata(self, key: str, row: NodeRow) -> dict[str, str]:
         _, n_tokens, start, token_hash, checksum, _, _ = row
@@ -116,13 +125,30 @@ class FileNodes:
             insert=lambda size: self._index.insert(key, parent, n_ids, start, size, token_hash,
                                                    checksum, layout_json, extra))
 
-    def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool) -> ChunkKV:
+    def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool,
+             layered: bool = False, on_corrupt: Callable[[str], None] | None = None) -> ChunkKV:
         checksum = row[4]
-        tensors = self.files.read(key, expected_metadata=self.metadata(key, row), layout=layout,
-                                  checksum=checksum if verify else None)
         n_layers = sum(1 for n, _, _ in layout if n.startswith("k."))
+        try:
+            crcs = parse_layer_checksums(checksum, n_layers) if verify else None
+        except ValueError as exc:
+            raise CorruptNodeError(f"its database row holds a corrupt checksum ({exc})") from None
+        if layered and (crcs is not None or not verify) and direct_read_supported([d for _, d, _ in layout]):
+            try:
+                node = open_layered(self.files.file(key), layout, key, self.metadata(key, row), crcs,
+                                    on_corrupt)
+            except FileNotFoundError:
+                raise CorruptNodeError("file is missing") from None
+            except Exception as exc:  # the file is untrusted input: any parse failure is corruption
+                raise CorruptNodeError(f"unreadable ({type(exc).__name__}: {exc})") from None
+            self.reader.submit(node)
+            tensors, pending = node.tensors, node.gate
+        else:  # the whole file, checked before it is used (old files: one CRC over every tensor)
+            tensors = self.files.read(key, expected_metadata=self.metadata(key, row), layout=layout,
+                                      checksum=checksum if verify else None)
+            pending = None
         return ChunkKV(tuple(tensors[f"k.{i}"] for i in range(n_layers)),
-                       tuple(tensors[f"v.{i}"] for i in range(n_layers)))
+                       tuple(tensors[f"v.{i}"] for i in range(n_layers)), pending=pending)
 
     def prefetch(self, keys: Sequence[str]) -> int:
         return self.files.prefetch(keys)
@@ -134,4 +160,5 @@ class FileNodes:
             self.files.unlink(keys, lambda k, exc: on_error(str(self.files.file(k)), exc))
 
     def close(self) -> None:
+        self.reader.close()
         self.files.close()

@@ -13,7 +13,9 @@ page cache; standalone, interleaved, 9 repeats, load 4-8; CRC-32 included in bot
 into new tensors); warm 21-24 against 35-43 ms. Inside a request, after the store's
 ``posix_fadvise(WILLNEED)`` prefetch of every planned file, the cold reads measured about the
 same with either reader (``benchmarks/cold_load.py``); without that prefetch, and other I/O on
-the machine, the reads one after the other fell to ~200 MB/s, so the prefetch stays.
+the machine, the reads one after the other fell to ~200 MB/s. Requests now read their exact
+prefix layer by layer while the forward runs (:mod:`.layer_read`, ``Config.kv_overlap_reads``),
+and the prefetch is a switch (``Config.kv_prefetch``), off by default.
 
 Nothing here trusts the file: a header that cannot be parsed, offsets outside the data, a size
 that does not match the dtype and shape, or a short read raise ValueError with the reason (the
@@ -33,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["DIRECT_DTYPES", "MAX_HEADER", "RawNode", "direct_read_supported", "read_raw", "read_tensors",
-           "tensors_of"]
+__all__ = ["DIRECT_DTYPES", "MAX_HEADER", "RawNode", "direct_read_supported", "header_of", "read_raw",
+           "read_tensors", "tensors_of"]
 
 # torch dtype name (as in a layout: ``str(torch.float32)``) -> safetensors dtype code
 DIRECT_DTYPES: dict[str, str] = {
@@ -77,6 +79,13 @@ def _header(fd: int, size: int) -> tuple[dict[str, object], int]:
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
     return header, 8 + n
+
+
+def header_of(fd: int) -> tuple[dict[str, object], int]:
+    """The parsed JSON header of an open node file and where its data section starts.
+
+    :raises ValueError: the header cannot be parsed or the file is shorter than it says."""
+    return _header(fd, os.fstat(fd).st_size)
 
 
 def _view(data: torch.Tensor, name: str, entry: object, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:

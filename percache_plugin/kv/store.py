@@ -9,8 +9,8 @@ IGNORE`` rows; file + row changes under an exclusive file lock). Writes are best
 full disk, a read-only database, a directory at a node's path or the K/V folder deleted under
 a live store make ``put`` log, count ``write_errors`` and return False; ``get`` serves K/V
 even when its hit counters cannot be written. Eviction follows a policy (:mod:`.eviction`; by
-default LFU over leaves), per fingerprint. Tensors live in a backend (:mod:`.node_backends`:
-memory or files); this module keeps rows, limits and counters.
+default LFU over leaves), per fingerprint. Tensors live in a backend (:mod:`.node_backends`);
+this module keeps rows, limits and counters.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from types import TracebackType
 
 import torch
 
+from .checksums import LAYERED_PREFIX, node_checksum
 from .chunk import ChunkKV, NodeInfo, StoreStats, check_limit, check_node, node_info, plain
 from .eviction import EvictionPolicy, expand_subtrees, lfu_leaves
-from .integrity import CorruptNodeError, TensorSpec, checksum_tensors, hash_token_ids
+from .integrity import CorruptNodeError, TensorSpec, hash_token_ids
 from .node_backends import FileNodes, MemoryNodes, NodeBackend, NodeRow
 from .node_files import NodeFiles
 from .store_index import (
@@ -96,7 +97,6 @@ class KVStore:
             raise
 
     # -- helpers -------------------------------------------------------------------------
-
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
@@ -148,7 +148,9 @@ class KVStore:
 
     def _reject(self, key: str, reason: str) -> None:
         log.warning("percache store: dropping corrupt node %s (%s)", key, reason)
-        self._remove([key], misses=1, corrupt=1)
+        with self._lock:  # also called from a wait for a layer read in the background
+            if not self._closed:
+                self._remove([key], misses=1, corrupt=1)
 
     def _count(self, what: str, write: Callable[[], object]) -> None:
         """Run a counter ``write``; a write failure is logged and counted, not raised."""
@@ -160,7 +162,6 @@ class KVStore:
             self._failed(what, exc)
 
     # -- public API ----------------------------------------------------------------------
-
     def put(
         self,
         key: str,
@@ -196,7 +197,7 @@ class KVStore:
                 return False
             layout: list[TensorSpec] = [(n, str(t.dtype), tuple(t.shape)) for n, t in tensors.items()]
             # In memory nothing can rot between put and get: skip the CRC there.
-            checksum = "none" if own else checksum_tensors(tensors.values())
+            checksum = "none" if own else node_checksum(tensors, tensors, LAYERED_PREFIX)  # per layer
             row: NodeRow = (parent, n_ids, start, token_hash, checksum, json.dumps(layout), extra_json)
             try:
                 inserted = self._nodes.store(key, chunk, tensors, tensor_bytes, layout, row)
@@ -211,13 +212,15 @@ class KVStore:
             self._evict_to_limit(protect=key)
             return self._index.row(key, "1") is not None
 
-    def get(self, key: str, *, token_ids: Sequence[int] | None = None) -> ChunkKV | None:
+    def get(self, key: str, *, token_ids: Sequence[int] | None = None,
+            layered: bool = False) -> ChunkKV | None:
         """The node's K/V (a fresh copy, stored dtype, CPU), or None on a miss.
 
         A node that fails any check (file, header, layout, checksum, fingerprint, token ids,
         its database row) is logged, counted as a miss and as corrupt, and removed;
         descendants are kept. Counting the hit is best-effort (a full disk still reads).
-        """
+        ``layered``: a node file with per-layer checksums comes back at once, read in the
+        background (``ChunkKV.pending``); a layer failing later is dropped and counted alike."""
         want_hash = None if token_ids is None else hash_token_ids(token_ids)
         with self._lock:
             self._check_open()
@@ -235,7 +238,8 @@ class KVStore:
                 return None
             try:
                 kv = self._nodes.load(key, layout, (None, n_tokens, start, token_hash, checksum,
-                                                    layout_json, ""), verify=self.verify)
+                                                    layout_json, ""), verify=self.verify,
+                                      layered=layered, on_corrupt=lambda why: self._reject(key, why))
             except CorruptNodeError as exc:
                 self._reject(key, str(exc))
                 return None
@@ -243,8 +247,7 @@ class KVStore:
             return kv
 
     def prefetch(self, keys: Sequence[str]) -> int:
-        """Start reading these nodes' files ahead of :meth:`get` (``posix_fadvise`` WILLNEED:
-        asynchronous, nothing checked or counted); returns how many were advised (0 in memory)."""
+        """Advise the nodes' files ``posix_fadvise(WILLNEED)`` (asynchronous); how many (0 in memory)."""
         self._check_open()
         return self._nodes.prefetch(keys)
 
@@ -284,10 +287,8 @@ class KVStore:
         """Remove ``key`` (and by default its whole subtree); returns the number removed."""
         with self._lock:
             self._check_open()
-            if with_descendants:
-                keys = self._index.subtree(key)
-            else:
-                keys = [key] if self._index.row(key, "1") is not None else []
+            keys = self._index.subtree(key) if with_descendants else \
+                [key] if self._index.row(key, "1") is not None else []
             return len(keys) if self._remove(keys) else 0
 
     @property
@@ -324,8 +325,7 @@ class KVStore:
     def __enter__(self) -> KVStore:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:

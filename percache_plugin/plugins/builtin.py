@@ -105,8 +105,9 @@ class StoreBackedKV:
     """Load and store chunk K/V through the K/V store of the context."""
 
     @hookimpl(trylast=True)
-    def percache_load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...]) -> ChunkKV | None:
-        return ctx.store.get(key, token_ids=token_ids)
+    def percache_load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...],
+                            layered: bool) -> ChunkKV | None:
+        return ctx.store.get(key, token_ids=token_ids, layered=layered)
 
     @hookimpl(trylast=True)
     def percache_prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> bool:

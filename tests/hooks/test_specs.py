@@ -61,7 +61,8 @@ class Recorder:
 def test_every_hook_is_exercised(tmp_path: Path) -> None:
     model, tok = tiny_pair("llama")
     rec = Recorder()
-    pc = percache.enable(model, tok, reuse="shifted", embedder="hash", plugins=[rec])  # register_*
+    pc = percache.enable(model, tok, reuse="shifted", embedder="hash", plugins=[rec],  # register_*
+                         kv_prefetch=True)  # prefetch_chunks
     pc.generate(SEGMENTS, max_new_tokens=2)  # miss: store
     pc.generate(SEGMENTS, max_new_tokens=2)  # hit: plan + load
     pc.generate([SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], SEGMENTS[-1]], max_new_tokens=2)  # shifted
