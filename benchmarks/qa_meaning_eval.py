@@ -61,6 +61,8 @@ SETTINGS: dict[str, tuple[bool, tuple[str, ...]]] = {
     "key terms + meaning (default)": (True, tuple(sorted(DEFAULT_MEANING_GUARDS))),
     "key terms + meaning + residue (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS), "residue")),
     "key terms + meaning + align (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS), "align")),
+    "key terms + meaning + combined (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS),
+                                                       "combined")),
     "key terms + meaning + words": (True, MEANING_GUARDS),
 }
 _GENERIC = frozenset("thing kind type way time activity event name someone something".split())
@@ -174,6 +176,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     timing: list[float] = []
     examples: list[dict[str, object]] = []
     for setting, (terms, meaning) in SETTINGS.items():
+        if args.settings and not any(s in setting for s in args.settings.split(",")):
+            continue
         table[setting] = {}
         for (kind, split), rows in sorted(cases.items()):
             c: Counter[str] = Counter()
@@ -237,6 +241,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tau", type=float, default=DEFAULT_TAU)
     p.add_argument("--cache", type=Path, default=None, help="folder to cache embeddings in")
     p.add_argument("--json", type=Path, default=None, help="also write every number here")
+    p.add_argument("--settings", default="",
+                   help="comma-separated parts of setting names: run only those settings")
     return p.parse_args()
 
 

@@ -1,11 +1,11 @@
-"""What the residue and align meaning guards cost per QA-bank lookup, measured side by side.
+"""What the residue, align and combined meaning guards cost per QA-bank lookup, side by side.
 
 A scoped bank holds the stored questions of the LoCoMo same-topic pairs
 (``qa_locomo_negatives.json``, both splits) and the originals of the LoCoMo paraphrases, with
 their answers; the probes are the asked questions of those pairs that are not stored themselves
 and the paraphrases, their embeddings computed beforehand (``ask()`` embeds the question once
 for retrieval and the bank anyway). Each probe is looked up with the default meaning guards and
-with the residue guard or the align guard added, alternating, ``--repeats`` times; the table gives the median
+with the residue, the align or the combined guard added, alternating, ``--repeats`` times; the table gives the median
 ``QABank.lookup`` time of each, over all probes and over the probes whose best candidate reaches
 tau (only those make the guards embed), and the embedder calls the guard made.
 
@@ -27,6 +27,7 @@ import torch
 from percache_plugin.rag.embeddings import load_embedder
 from percache_plugin.rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_TAU
 from percache_plugin.rag.qa_bank import QABank
+from percache_plugin.rag.qa_embedded import EMBEDDED_GUARDS
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -69,9 +70,10 @@ def main() -> None:
     bank = QABank(None, embedder, byte_limit=None)
     for sid, q, a in stored:
         bank.add(q, a, scope=sid, embedding=vec[q])
-    settings = {"default": tuple(sorted(DEFAULT_MEANING_GUARDS - {"residue", "align"}))}
+    settings = {"default": tuple(sorted(DEFAULT_MEANING_GUARDS - EMBEDDED_GUARDS))}
     settings["default + residue"] = (*settings["default"], "residue")
     settings["default + align"] = (*settings["default"], "align")
+    settings["default + combined"] = (*settings["default"], "combined")
     times: dict[str, list[float]] = {s: [] for s in settings}
     reach: dict[str, list[float]] = {s: [] for s in settings}
     calls = dict.fromkeys(settings, 0)

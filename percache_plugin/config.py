@@ -200,7 +200,10 @@ class Config:
         "paraphrase hits), 'align' (off by default: each content word of either question "
         "must find its match in the other, compared by the embedder's contextual word "
         "vectors; one embedder call per lookup whose candidates reach tau and pass the other "
-        "guards), 'words' (content-word overlap; off by default: it "
+        "guards), 'combined' (off by default: one logistic rule over align's word matches "
+        "and the match of what each question asks about; one embedder call per lookup whose "
+        "candidates reach tau and pass the other guards), 'words' (content-word overlap; "
+        "off by default: it "
         "costs paraphrase hits). () turns "
         "them all off. A refusal is named in Answer.rejected_by; a hit served while a guard "
         "is off that it would have refused is counted in qa_bank.stats() "
@@ -208,7 +211,8 @@ class Config:
         tuple(g for g in MEANING_GUARDS if g in DEFAULT_MEANING_GUARDS),
     )
     audit_meaning_guards: bool = _help(
-        "Also run the 'residue' and 'align' meaning guards while they are switched off, so "
+        "Also run the 'residue', 'align' and 'combined' meaning guards while they are "
+        "switched off, so "
         "that the hits they "
         "would have refused are counted in qa_bank.stats()['served_with_guard_off'] (an "
         "embedder call per lookup whose candidates reach tau). The other switched-off guards "

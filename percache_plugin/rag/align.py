@@ -62,6 +62,7 @@ __all__ = [
     "WordVectors",
     "align_verdicts",
     "alignment",
+    "word_verdicts",
 ]
 
 W_MEAN: Final = 4.6318
@@ -118,11 +119,18 @@ def alignment(a: WordVectors, b: WordVectors) -> Alignment:
     )
 
 
-def align_verdicts(pairs: Sequence[tuple[str, str]], embed_words: EmbedWords) -> list[bool]:
-    """Whether each ``(asked, stored)`` question pair passes, with one ``embed_words`` call
-    for every distinct question."""
+def word_verdicts(pairs: Sequence[tuple[str, str]], embed_words: EmbedWords,
+                  passes: Callable[[str, WordVectors, str, WordVectors], bool]) -> list[bool]:
+    """``passes(asked, its word vectors, stored, its word vectors)`` for each ``(asked,
+    stored)`` question pair, with one ``embed_words`` call for every distinct question."""
     texts = list(dict.fromkeys(t for pair in pairs for t in pair))
     if not texts:
         return []
     vectors = dict(zip(texts, embed_words(texts), strict=True))
-    return [alignment(vectors[a], vectors[b]).passes for a, b in pairs]
+    return [passes(a, vectors[a], b, vectors[b]) for a, b in pairs]
+
+
+def align_verdicts(pairs: Sequence[tuple[str, str]], embed_words: EmbedWords) -> list[bool]:
+    """Whether each ``(asked, stored)`` question pair passes, with one ``embed_words`` call
+    for every distinct question."""
+    return word_verdicts(pairs, embed_words, lambda _, wa, __, wb: alignment(wa, wb).passes)

@@ -72,6 +72,7 @@ __all__ = [
     "judge",
     "question_terms",
     "source_overlap",
+    "term_stem",
     "terms_agree",
 ]
 
@@ -91,9 +92,13 @@ _TIME_WORDS = frozenset(
 )
 
 
-def _stem(word: str) -> str:
+def term_stem(word: str) -> str:
+    """A word as key terms are compared: case-folded, a trailing plural "s" dropped."""
     word = word.casefold()
     return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+
+_stem = term_stem
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
 
 ``polarity``
     the number of negations (not, n't, never, no, nothing, nobody, none, neither, nor,
-    without) is odd in one question and even in the other.
+    without) is odd in one question and even in the other, unless the other says the
+    negated word's prefixed negation instead ("didn't agree" / "disagree": this passes
+    ``polarity`` and ``antonym``).
 ``antonym``
     one question has a word and the other its opposite but not the word itself: a pair of
     ``antonyms.ANTONYM_PAIRS``, or a word and its prefixed negation (like / dislike,
@@ -29,6 +31,10 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
     every content word of each question must find a match in the other, by the embedder's
     contextual word vectors (see :mod:`percache_plugin.rag.align`; run by the QA bank, not
     here).
+``combined`` (off by default)
+    one logistic rule over align's word matches, the second worst of them and the match of
+    what each question asks about (see :mod:`percache_plugin.rag.combined`; run by the QA
+    bank, not here).
 ``words`` (off by default)
     the content words (cut to 5 letters) of the two questions overlap by at least
     ``WORDS_MIN_JACCARD`` (Jaccard): a different question about the same person and thing
@@ -46,7 +52,9 @@ from percache_plugin.rag.antonyms import ANTONYM_PAIRS
 
 __all__ = ["DEFAULT_MEANING_GUARDS", "FUNCTION_STEMS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "question_shape", "stem"]
 
-MEANING_GUARDS: Final = ("polarity", "antonym", "qtype", "object", "residue", "align", "words")
+MEANING_GUARDS: Final = (
+    "polarity", "antonym", "qtype", "object", "residue", "align", "combined", "words",
+)
 DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object"))
 WORDS_MIN_JACCARD: Final = 0.25
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -203,14 +211,26 @@ def _swapped(a: QuestionShape, b: QuestionShape) -> bool:
     return after_article or before_shared
 
 
+def _negation_reworded(a: QuestionShape, b: QuestionShape) -> bool:
+    """One question negates a word and the other says its prefixed negation instead ("Why
+    didn't D agree with M?" / "Why did D disagree with M?"): the same meaning, although the
+    polarity and antonym checks each see a difference."""
+    if a.negated == b.negated:
+        return False
+    neg, pos = (a, b) if a.negated else (b, a)
+    only_neg, only_pos = set(neg.words) - set(pos.words), set(pos.words) - set(neg.words)
+    return any(p + w in only_pos for w in only_neg for p in _PREFIXES)
+
+
 def meaning_checks(a: QuestionShape, b: QuestionShape,
                    enabled: Collection[str] = DEFAULT_MEANING_GUARDS) -> dict[str, bool]:
     """Each enabled meaning guard -> whether the two questions pass it (ask the same)."""
     out: dict[str, bool] = {}
+    reworded = _negation_reworded(a, b)
     if "polarity" in enabled:
-        out["polarity"] = a.negated == b.negated
+        out["polarity"] = a.negated == b.negated or reworded
     if "antonym" in enabled:
-        out["antonym"] = not _opposed(a, b)
+        out["antonym"] = reworded or not _opposed(a, b)
     if "qtype" in enabled:
         pair = tuple(sorted((a.kind, b.kind)))
         out["qtype"] = a.kind == b.kind or pair in _COMPATIBLE

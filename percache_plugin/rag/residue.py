@@ -43,10 +43,12 @@ from percache_plugin.rag.meaning import QuestionShape, stem
 
 __all__ = [
     "FRAME_WORDS",
+    "NOT_FRAME",
     "RESIDUE_ANCHOR",
     "RESIDUE_MIN",
     "RESIDUE_SLOPE",
     "Embed",
+    "is_frame",
     "residue_agrees",
     "residue_needed",
     "residue_verdicts",
@@ -68,6 +70,16 @@ FRAME_WORDS: Final = frozenset(stem(w) for w in (
     "regarding going get got come came make made want wanted way ways thing things kind type "
     "sort").split())
 """Stems of words a reworded question swaps or drops without changing what it asks."""
+NOT_FRAME: Final = frozenset(("meet", "meets"))
+"""Words whose stem is a frame word's but that ask something of their own: "meet" shares
+"meeting"'s stem ("When did James meet Samantha?" / "When did James ask Samantha to be his
+girlfriend?" left nothing to compare)."""
+
+
+def is_frame(word: str) -> bool:
+    """Whether ``word`` (lower case, as written) is a question-frame word."""
+    return stem(word) in FRAME_WORDS and word not in NOT_FRAME
+
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -75,8 +87,9 @@ Embed = Callable[[Sequence[str]], np.ndarray]
 def residues(a: QuestionShape, b: QuestionShape) -> tuple[str, str]:
     """Each question's content words the other lacks (frame words left out), as text."""
     def side(x: QuestionShape, y: QuestionShape) -> str:
-        only = set(x.content) - set(y.content) - FRAME_WORDS
-        return " ".join(dict.fromkeys(s for w, s in zip(x.words, x.surface, strict=True) if w in only))
+        only = set(x.content) - set(y.content)
+        return " ".join(dict.fromkeys(s for w, s in zip(x.words, x.surface, strict=True)
+                                      if w in only and not is_frame(s)))
     return side(a, b), side(b, a)
 
 

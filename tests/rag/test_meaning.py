@@ -27,6 +27,8 @@ def failed(a: str, b: str, enabled: frozenset[str] = DEFAULT_MEANING_GUARDS) -> 
         ("Is the heating on in the office?", "Is the heating off in the office?", "antonym"),
         ("Which students passed the exam?", "Which students failed the exam?", "antonym"),
         ("Did Maria like the movie?", "Did Maria dislike the movie?", "antonym"),
+        ("Did Maria not dislike the movie?", "Did Maria dislike the movie?", "polarity"),
+        ("Did Maria not like the movie?", "Did Maria like the movie?", "polarity"),
         ("Did she make the bowl?", "What is her bowl a reminder of?", "qtype"),
         ("When did Audrey adopt Pixie?", "Where did Audrey adopt Pixie?", "qtype"),
         # lower-case names, which the key-terms guard cannot see
@@ -49,6 +51,10 @@ def test_opposite_meanings_fail_their_guard(stored: str, asked: str, guard: str)
         ("How many Ferraris does Calvin own?", "How many Ferraris does Calvin have?"),
         ("What did Grad B say about the structure of the belief net?",
          "How did Grad B describe the belief net's structure?"),
+        # a negated word said as its prefixed negation: polarity and antonym both saw a change
+        ("Why didn't the Industrial Design agree with the User Interface?",
+         "Why did Industrial Design disagree with User Interface?"),
+        ("Did Maria not like the movie?", "Did Maria dislike the movie?"),
     ],
 )
 def test_paraphrases_pass_every_default_guard(stored: str, asked: str) -> None:

@@ -15,6 +15,7 @@ from percache_plugin.rag.meaning import question_kind, question_shape
 from percache_plugin.rag.qa_bank import QABank
 from percache_plugin.rag.residue import (
     RESIDUE_ANCHOR,
+    is_frame,
     residue_agrees,
     residue_needed,
     residue_verdicts,
@@ -73,6 +74,16 @@ def test_residues_leave_out_shared_names_and_frame_words() -> None:
     assert residues(a, b) == ("buy pet", "take park")
     a, b = _shapes("What did D say about the setup?", "What was D's opinion of the setup?")
     assert residues(a, b) == ("", "")  # say / opinion are question-frame words
+
+
+def test_meet_is_not_a_frame_word_although_meeting_is() -> None:
+    # "meet" shares the stem of the frame word "meeting": it was dropped, leaving "When did
+    # James meet Samantha?" nothing to compare with "... ask Samantha to be his girlfriend?".
+    a, b = _shapes("When did James meet Samantha?", "When did James ask Samantha to be his girlfriend?")
+    assert residues(a, b) == ("meet", "ask girlfriend")
+    assert is_frame("meeting") and is_frame("meetings") and not is_frame("meet")
+    a, b = _shapes("What was said in the meeting about X?", "What did they say about X?")
+    assert residues(a, b) == ("", "")
 
 
 def test_the_needed_residue_agreement_falls_as_the_questions_grow_alike() -> None:

@@ -1,0 +1,105 @@
+"""The QA-bank meaning guards on ``benchmarks/data/qa_fresh_heldout.json``: a held-out check
+built before the ``combined`` guard was developed (its ``about`` field says how).
+
+Negatives (one bank per pair, holding the stored question with an answer; any answer served
+for the asked question is a false hit): ``qmsum_negatives``, two different queries of one QMSum
+train-split meeting sharing a long clause; ``locomo_negatives``, hand-written different
+questions about the same person and thing of LoCoMo conv-49/50. Positives: ``qmsum_paraphrases``
+(the bank holds every query of the meeting, scoped to it) and ``locomo_paraphrases`` (every
+question of the conversation but category 5, scoped); a hit serves the original question's
+entry. Every lookup goes through ``QABank.lookup`` at tau 0.74 with the key-terms guard.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/qa_fresh_eval.py \\
+        --locomo ../shared/data/locomo/locomo_dev5.json --qmsum ../shared/data/qmsum
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+from percache_plugin.rag.embeddings import load_embedder
+from percache_plugin.rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_TAU
+from percache_plugin.rag.qa_bank import QABank
+from percache_plugin.rag.qa_embedded import EMBEDDED_GUARDS
+from percache_plugin.rag.qmsum import iter_meetings
+
+DATA = Path(__file__).resolve().parent / "data"
+BASE = tuple(sorted(DEFAULT_MEANING_GUARDS - EMBEDDED_GUARDS))
+SETTINGS = {
+    "defaults": tuple(sorted(DEFAULT_MEANING_GUARDS)),
+    **{f"defaults + {g}": (*BASE, g) for g in ("residue", "align", "combined")
+       if g not in DEFAULT_MEANING_GUARDS},
+}
+SETS = ("qmsum_negatives", "locomo_negatives", "qmsum_paraphrases", "locomo_paraphrases")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--locomo", type=Path, default=Path("../shared/data/locomo/locomo_dev5.json"))
+    p.add_argument("--qmsum", type=Path, default=Path("../shared/data/qmsum"))
+    p.add_argument("--tau", type=float, default=DEFAULT_TAU)
+    args = p.parse_args()
+    data = json.loads((DATA / "qa_fresh_heldout.json").read_text("utf-8"))
+    embedder = load_embedder(None)
+    meetings = {m.id: m for m in iter_meetings(args.qmsum, "train")}
+    loco = {s["sample_id"]: [q["question"] for q in s["qa"] if q.get("category") != 5]
+            for s in json.loads(args.locomo.read_text("utf-8"))}
+    scoped: dict[str, list[str]] = {}
+    for row in data["qmsum_paraphrases"]:
+        scoped[row["meeting"]] = list(dict.fromkeys(q.text for q in meetings[row["meeting"]].queries))
+    for row in data["locomo_paraphrases"]:
+        scoped[row["sample"]] = list(dict.fromkeys(loco[row["sample"]]))
+    texts = [q for qs in scoped.values() for q in qs]
+    for name in SETS:
+        for row in data[name]:
+            texts += [row.get("stored") or row["query"], row.get("probe") or row["paraphrase"]]
+    texts = list(dict.fromkeys(texts))
+    vec = dict(zip(texts, embedder.embed(texts), strict=True))
+    bank = QABank(None, embedder, byte_limit=None)
+    for scope, qs in scoped.items():
+        for q in qs:
+            bank.add(q, f"answer to: {q}", scope=scope, embedding=vec[q])
+    cases: dict[str, list[tuple[QABank, str | None, str, str | None]]] = {s: [] for s in SETS}
+    for name in ("qmsum_negatives", "locomo_negatives"):
+        for row in data[name]:
+            single = QABank(None, embedder, byte_limit=None)
+            single.add(row["stored"], "stored answer", embedding=vec[row["stored"]])
+            cases[name].append((single, None, row["probe"], None))
+    for name, key in (("qmsum_paraphrases", "meeting"), ("locomo_paraphrases", "sample")):
+        for row in data[name]:
+            cases[name].append((bank, f"answer to: {row['query']}", row["paraphrase"], row[key]))
+    table: dict[str, dict[str, Counter[str]]] = {}
+    for setting, meaning in SETTINGS.items():
+        table[setting] = {}
+        for name, rows in cases.items():
+            c: Counter[str] = Counter()
+            for b, expected, probe, scope in rows:
+                r = b.lookup(probe, tau=args.tau, scope=scope, meaning=meaning,
+                             embedding=vec[probe])
+                served = None if r.match is None else r.match.entry.answer
+                c["n"] += 1
+                c["reached"] += int(r.best is not None and r.best.similarity >= args.tau)
+                if expected is None:
+                    c["false"] += served is not None
+                else:
+                    c["hit"] += served == expected
+                    c["wrong"] += served is not None and served != expected
+            table[setting][name] = c
+    first = table["defaults"]
+    print(f"tau {args.tau}; negatives: false hits (rate); positives: hit rate (wrong answers)\n")
+    print("| setting | " + " | ".join(f"{s} (n={first[s]['n']}, >=tau {first[s]['reached']})"
+                                     for s in SETS) + " |")
+    print("|---|" + "---|" * len(SETS))
+    for setting, row in table.items():
+        cells = [f"{row[s]['false']} ({row[s]['false'] / row[s]['n']:.1%})" if "negatives" in s
+                 else f"{row[s]['hit']} ({row[s]['hit'] / row[s]['n']:.0%}) ({row[s]['wrong']})"
+                 for s in SETS]
+        print(f"| {setting} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

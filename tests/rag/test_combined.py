@@ -1,0 +1,126 @@
+"""The combined guard: one logistic rule over align's word matches, the second worst of them
+and the match of what each question asks about."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from percache_plugin.rag import combined
+from percache_plugin.rag.align import WordVectors
+from percache_plugin.rag.combined import FEATURES, WEIGHTS, Features, combined_verdicts, features
+from percache_plugin.rag.embeddings import Embedder, HashEmbedder, load_embedder
+from percache_plugin.rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_TAU
+from percache_plugin.rag.qa_bank import QABank
+from tests.rag.test_align import _words
+from tests.rag.test_qa_bank import CountingEmbedder
+
+OTHERS = tuple(sorted(DEFAULT_MEANING_GUARDS - {"align", "residue", "combined"}))
+WITH_COMBINED = (*OTHERS, "combined")
+
+
+def test_the_rule_weighs_every_feature_and_a_perfect_match_passes() -> None:
+    assert len(WEIGHTS) == len(FEATURES) == len(Features(1, 1, 1, 1).row())
+    assert all(w > 0 for w in WEIGHTS)  # each feature: the better the match, the likelier a pass
+    assert Features(1.0, 1.0, 1.0, 1.0).passes
+    assert not Features(0.5, 0.2, 0.2, 0.2).passes
+
+
+def test_features_of_a_reworded_and_of_a_different_question() -> None:
+    table = {"jolene": [1, 0, 0, 0, 0, 0], "seraphim": [1, 0, 0, 0, 0, 0],
+             "buy": [0, 1, 0, 0, 0, 0], "purchase": [0, 1, 0.1, 0, 0, 0]}
+    table = {k: [float(x) for x in v] for k, v in table.items()}
+    stored = "When did Jolene buy Seraphim?"
+    same = features(stored, _words(table, stored), "When did Jolene purchase Seraphim?",
+                    _words(table, "When did Jolene purchase Seraphim?"))
+    assert same.worst > 0.99 and same.head > 0.99 and same.passes
+    other = "When did Jolene walk Seraphim?"  # "walk": no match, and it is what is asked
+    diff = features(stored, _words(table, stored), other, _words(table, other))
+    assert diff.worst < 0.01 and diff.head < 0.01 and not diff.passes
+    assert features(stored, _words(table, stored), stored, _words(table, stored)) == \
+        Features(1.0, 1.0, 1.0, 1.0)
+
+
+def test_the_head_skips_names_and_frame_words_but_not_meet() -> None:
+    table = {"x": [1.0, 0.0, 0.0, 0.0]}
+    text = "What did Industrial Designer think of plastic when discussing the case?"
+    side = combined._side(text, _words(table, text))
+    assert side.words[side.head] == "plastic"  # type: ignore[index]
+    side = combined._side("When did James meet Samantha?",  # "meet" shares "meeting"'s stem
+                          _words(table, "When did James meet Samantha?"))
+    assert side.words[side.head] == "meet"  # type: ignore[index]
+
+
+def test_verdicts_embed_every_distinct_question_once() -> None:
+    calls: list[list[str]] = []
+    inner = HashEmbedder(64)
+
+    def embed_words(texts: Sequence[str]) -> list[WordVectors]:
+        calls.append(list(texts))
+        return inner.embed_words(texts)
+
+    asked = "When did Jolene buy her pet Seraphim?"
+    other = "When did Jolene walk Seraphim in the park?"
+    assert combined_verdicts([(asked, asked), (asked, other)], embed_words) == [True, False]
+    assert calls == [[asked, other]]
+    assert combined_verdicts([], embed_words) == [] and len(calls) == 1
+
+
+def test_qa_bank_refuses_a_different_question_as_combined_and_audits_it_when_off() -> None:
+    bank = QABank(None, load_embedder("hash"), byte_limit=None)
+    bank.add("When did Jolene buy her pet Seraphim?", "In May.")
+    probe = "When did Jolene walk Seraphim in the park?"
+    on = bank.lookup(probe, tau=0.3, meaning=WITH_COMBINED)
+    assert on.match is None and on.rejected_by == "combined"
+    assert bank.lookup(probe, tau=0.3, meaning=OTHERS).match is not None
+    assert bank.stats()["served_with_guard_off"]["combined"] == 0  # type: ignore[index]
+    bank.lookup(probe, tau=0.3, meaning=OTHERS, audit=True)
+    assert bank.stats()["served_with_guard_off"]["combined"] == 1  # type: ignore[index]
+
+
+def test_an_embedder_without_word_vectors_is_counted_not_guessed() -> None:
+    bank = QABank(None, CountingEmbedder(), byte_limit=None)  # no embed_words
+    bank.add("When did Jolene buy her pet Seraphim?", "In May.")
+    result = bank.lookup("When did Jolene walk Seraphim in the park?", tau=0.3,
+                         meaning=WITH_COMBINED)
+    assert result.match is not None
+    assert bank.stats()["align_unavailable"] == 1
+
+
+# With all-MiniLM-L6-v2, dev pairs (LoCoMo conv-44/47/48, QMSum val split) served by align.
+REFUSED = [
+    ("What did James and Samantha discover they both enjoy at McGee's bar?",
+     "Why did James and Samantha choose an apartment near McGee's bar?"),
+    # a long shared clause, what is asked about it differs (QMSum val split)
+    ("What was Kirsty Williams' opinion of the decision of not accrediting the University of "
+     "South Wales with the ability to deliver teacher training?",
+     "Summarize Kirsty Williams' opinion on the current geographic spread of provision when "
+     "discussing the decision of not accrediting the University of South Wales with the ability "
+     "to deliver teacher training."),
+]
+# Dev paraphrases (QMSum val split, LoCoMo dev) served by it.
+SERVED = [
+    ("What did the group think of the wood case when discussing the key remote control concepts?",
+     "How did the group feel about a wooden case for the remote?"),
+    ("When is Andrew planning to go to the beach with his girlfriend?",
+     "When does Andrew plan to take his girlfriend to the beach?"),
+]
+
+
+@pytest.mark.parametrize(("stored", "asked"), REFUSED)
+def test_minilm_different_questions_served_by_align_are_refused(
+        minilm: Embedder, stored: str, asked: str) -> None:
+    bank = QABank(None, minilm, byte_limit=None)
+    bank.add(stored, "stored answer")
+    assert bank.lookup(asked, tau=DEFAULT_TAU, meaning=(*OTHERS, "align")).match is not None
+    result = bank.lookup(asked, tau=DEFAULT_TAU, meaning=WITH_COMBINED)
+    assert result.match is None and result.rejected_by == "combined"
+
+
+@pytest.mark.parametrize(("stored", "asked"), SERVED)
+def test_minilm_paraphrases_pass(minilm: Embedder, stored: str, asked: str) -> None:
+    bank = QABank(None, minilm, byte_limit=None)
+    bank.add(stored, "stored answer")
+    result = bank.lookup(asked, tau=DEFAULT_TAU, meaning=WITH_COMBINED)
+    assert result.match is not None and result.match.entry.answer == "stored answer"
