@@ -23,10 +23,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, MaxLengthCriteria, StoppingCriteriaList
+from transformers import EosTokenCriteria, GenerationConfig, MaxLengthCriteria, StoppingCriteriaList
 
 from percache_plugin.decode.acceptance import AcceptanceHistory
 from percache_plugin.decode.cost import SMOLLM2_CPU_COST_PACKED, VerifyCost
+from percache_plugin.decode.lookup import MAX_NGRAM, MIN_NGRAM
 from percache_plugin.decode.schedule import DraftSchedule
 from percache_plugin.decode.sources import DraftSource
 from percache_plugin.decode.verify import DraftedDecoding
@@ -63,20 +64,26 @@ class _Oracle:
     __call__ = forward
 
 
-def replay(row: dict[str, Any], schedule: DraftSchedule, only: Any) -> tuple[list[int], list[int]]:
+def replay(row: dict[str, Any], schedule: DraftSchedule, only: Any, new_tokens: int, eos: set[int],
+           **index: Any) -> list[int]:
+    """Draft tokens fed per forward when decoding ``row`` with ``schedule``. As in the benchmark,
+    decoding stops at ``new_tokens`` or at an eos token, so a draft near the end may run past the
+    answer's last token (those tokens are fed, and counted as drafted, but never kept)."""
     tr = row["trace"]
     sources = [DraftSource(s["name"], tuple(tuple(q) for q in s["sequences"]), s["anchored"])
                for s in tr["sources"]]
     prompt, plain = tr["prompt"], tr["plain"]
     full = prompt + plain
-    model = _Oracle(full, max(full) + 2)
-    dec = DraftedDecoding.from_sources(sources, prompt, only, schedule)
-    out = dec(model, torch.tensor([prompt]), lambda ids, s: s,
-              StoppingCriteriaList([MaxLengthCriteria(len(full))]),
+    model = _Oracle(full, max([*full, *eos]) + 2)
+    dec = DraftedDecoding.from_sources(sources, prompt, only, schedule, **index)
+    criteria: list[Any] = [MaxLengthCriteria(len(prompt) + max(new_tokens, len(plain)))]
+    if eos:
+        criteria.append(EosTokenCriteria(sorted(eos)))
+    out = dec(model, torch.tensor([prompt]), lambda ids, s: s, StoppingCriteriaList(criteria),
               GenerationConfig(do_sample=False, return_dict_in_generate=False),
               past_key_values=_Cache(len(prompt) - 1))
     assert out[0, len(prompt):].tolist() == plain, "replay diverged from the recorded answer"
-    return model.fed, [len(plain)]
+    return model.fed
 
 
 def main() -> None:
@@ -89,6 +96,8 @@ def main() -> None:
     p.add_argument("--only", default=None, help="comma-separated draft sources (default: every source and the output)")
     p.add_argument("--cap", type=float, default=40.0)
     p.add_argument("--max-length", type=int, default=16)
+    p.add_argument("--min-ngram", type=int, default=MIN_NGRAM, help="shortest n-gram matched")
+    p.add_argument("--max-ngram", type=int, default=MAX_NGRAM, help="longest n-gram matched")
     p.add_argument("--rows", action="store_true", help="print every answer")
     p.add_argument("--kinds", action="store_true",
                    help="print the acceptance by draft kind (every draft verified: cost 1.0 for the choice)")
@@ -99,7 +108,11 @@ def main() -> None:
         if args.setup in ratio:  # verify_cost.py measures several set-ups side by side
             ratio = ratio[args.setup]
         cost = VerifyCost.of([ratio[str(k)] for k in range(1, len(ratio))])
-    rows = json.loads(args.trace.read_text())["rows"]
+    payload = json.loads(args.trace.read_text())
+    rows = payload["rows"]
+    new_tokens = int(payload.get("new_tokens", 64))
+    # the answers that stopped before the budget ended on the tokenizer's eos token
+    eos = {r["trace"]["plain"][-1] for r in rows if 0 < len(r["trace"]["plain"]) < new_tokens}
     choose = VerifyCost((1.0,)) if args.kinds else cost
     speed, fwd_all, drafted_fwd = [], 0, 0
     history: dict[str, AcceptanceHistory] = {}
@@ -107,7 +120,8 @@ def main() -> None:
         hist = history.setdefault(row["meeting"], AcceptanceHistory(args.cap))
         sched = DraftSchedule(cost=choose, history=hist, max_length=args.max_length,
                               prior_accepted=args.prior[0], prior_rejected=args.prior[1], margin=args.margin)
-        fed, _ = replay(row, sched, None if args.only is None else tuple(args.only.split(",")))
+        fed = replay(row, sched, None if args.only is None else tuple(args.only.split(",")), new_tokens, eos,
+                     min_ngram=args.min_ngram, max_ngram=args.max_ngram)
         spent = sum(cost(k) for k in fed)
         plain = len(row["trace"]["plain"])
         speed.append(plain / spent)

@@ -17,12 +17,14 @@ import numpy as np
 
 from .sources import DraftSource
 
-__all__ = ["Draft", "DraftIndex", "OUTPUT"]
+__all__ = ["Draft", "DraftIndex", "OUTPUT", "MAX_NGRAM", "MIN_NGRAM"]
 
 OUTPUT = "output"  # the name under which the generation so far drafts from itself
 
 
 MAX_MATCH = 16  # context tokens compared when measuring how long an n-gram match runs
+MAX_NGRAM = 4  # longest n-gram looked up (a match then runs back up to MAX_MATCH tokens)
+MIN_NGRAM = 1  # shortest n-gram looked up
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,10 @@ class DraftIndex:
     :param sources: what to draft from.
     :param prompt: the prompt's token ids (the context before the first generated token).
     :param max_ngram: longest n-gram matched.
-    :param min_ngram: shortest n-gram matched (1-grams propose too often on real text).
+    :param min_ngram: shortest n-gram matched. 1: a single token matches too, as its own draft
+        kind (``source/1``), whose acceptance the schedule learns like any other's; on the
+        development meetings of ``percache bench decode`` that replayed 2.35x against 2.18x with
+        2-grams at the shortest (``benchmarks/draft_replay.py``, docs/BENCHMARKS.md).
     :param from_output: whether the generation drafts from itself (source ``"output"``).
     :param max_candidates: occurrences of the matched n-gram compared per sequence (the latest
         ones): the draft follows the one whose match with the context runs furthest back.
@@ -78,7 +83,7 @@ class DraftIndex:
     """
 
     def __init__(self, sources: Sequence[DraftSource], prompt: Sequence[int], *,
-                 max_ngram: int = 4, min_ngram: int = 2, from_output: bool = True,
+                 max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM, from_output: bool = True,
                  max_candidates: int = 16) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")

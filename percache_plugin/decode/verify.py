@@ -113,11 +113,12 @@ class DraftedDecoding:
     @classmethod
     def from_sources(cls, sources: Sequence[DraftSource], prompt: Sequence[int],
                      only: Collection[str] | None = None,
-                     schedule: DraftSchedule | None = None) -> DraftedDecoding:
+                     schedule: DraftSchedule | None = None, **index: Any) -> DraftedDecoding:
         """Decoding that drafts from ``sources`` (those named in ``only``, when given) and from
-        its own output (unless ``only`` leaves out ``"output"``)."""
+        its own output (unless ``only`` leaves out ``"output"``); ``index``: further
+        :class:`~percache_plugin.decode.lookup.DraftIndex` arguments (n-gram lengths)."""
         used = [s for s in sources if only is None or s.name in only]
-        return cls(DraftIndex(used, prompt, from_output=only is None or OUTPUT in only), schedule)
+        return cls(DraftIndex(used, prompt, from_output=only is None or OUTPUT in only, **index), schedule)
 
     def accept(self, draft: tuple[int, ...], chosen: int, i: int) -> bool:
         """Whether draft token ``i`` stands, given the token greedy decoding chose there."""
@@ -194,7 +195,10 @@ class DraftedDecoding:
             c.new_tokens += emitted
             if draft is not None:
                 c.record(draft, len(tokens), accepted)
-                self.schedule.update(draft, len(tokens), accepted)
+                # A stop (eos, max_new_tokens) ends the draft without rejecting it: the tokens after
+                # the stop were fed but never judged, and must not count against the draft's kind.
+                judged = len(tokens) if not done or i == len(tokens) else accepted + (tokens[i] != chosen)
+                self.schedule.update(draft, judged, accepted)
             surplus = cache.get_seq_length() - (ids.shape[1] - 1)
             if surplus > 0:
                 cache.crop(-surplus)  # drop the K/V of rejected draft tokens

@@ -16,9 +16,13 @@ def test_longest_ngram_wins_and_the_latest_occurrence_is_used() -> None:
     assert index.propose(0) is None
 
 
-def test_no_match_and_single_tokens_propose_nothing() -> None:
+def test_no_match_proposes_nothing_and_single_tokens_match_last() -> None:
     index = DraftIndex([prompt_source([1, 2, 3])], [9, 3])
-    assert index.propose(4) is None  # (9, 3) is unknown; 1-grams are not matched by default
+    assert index.propose(4) is None  # (9, 3) is unknown and nothing follows the 3 of the source
+    index = DraftIndex([prompt_source([1, 3, 5, 6, 2, 3, 7])], [9, 3])
+    d = index.propose(2)  # the 1-gram (3): its latest occurrence
+    assert d is not None and d.tokens == (7,) and d.match == 1
+    assert DraftIndex([prompt_source([1, 3, 5])], [9, 3], min_ngram=2).propose(2) is None
 
 
 def test_anchored_answers_draft_from_their_start_by_prefix() -> None:
@@ -55,7 +59,7 @@ def naive_propose(seqs: list[tuple[str, list[int]]], ctx: list[int], k: int) -> 
     """The documented rule, by brute force: longest n-gram first; of its occurrences with a
     token after them (the latest 16 per sequence), the one agreeing with the context furthest
     back (at most 16 tokens); ties: last sequence first, latest position first."""
-    for n in range(min(4, len(ctx)), 1, -1):
+    for n in range(min(4, len(ctx)), 0, -1):
         gram = ctx[len(ctx) - n:]
         best, best_run = None, -1
         for name, seq in reversed(seqs):

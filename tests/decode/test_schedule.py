@@ -78,8 +78,8 @@ def test_history_across_answers_informs_the_next_answer() -> None:
 
 def test_draft_kinds() -> None:
     assert draft_kind(Draft((1,), "qa_bank", 3, by_prefix=True)) == "qa_bank/prefix"
-    assert [draft_kind(Draft((1,), "output", m)) for m in (2, 3, 4, 7, 8, 16)] == [
-        "output/2", "output/3", "output/4", "output/4", "output/8", "output/8"]
+    assert [draft_kind(Draft((1,), "output", m)) for m in (1, 2, 3, 4, 7, 8, 16)] == [
+        "output/1", "output/2", "output/3", "output/4", "output/4", "output/8", "output/8"]
 
 
 def test_verify_cost_curve() -> None:

@@ -243,3 +243,23 @@ def test_near_ties_in_verify_forwards_are_counted() -> None:
     assert counts[False] == 0
     # every token chosen in a forward that fed draft tokens was a tie
     assert counts[True] == loop.counts.new_tokens - 1 if loop.counts.forwards == 1 else counts[True] > 0
+
+
+def test_a_stop_inside_a_draft_is_not_counted_as_its_rejection() -> None:
+    """eos chosen in the middle of a correct draft: the tokens after it were fed but never
+    judged, so the draft's kind keeps a clean record (it used to count one rejection)."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    ids = pc.prompt(SEGMENTS).input_ids
+    pc.close()
+    plain, _ = baseline(model, ids, max_new_tokens=N)
+    stop = next(i for i in range(3, N) if plain[i] not in plain[:i])
+    loop = DraftedDecoding(DraftIndex([DraftSource("qa_bank", (tuple(plain),), anchored=True)], ids),
+                           DraftSchedule(cost=VerifyCost(FREE)))
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=N, do_sample=False, pad_token_id=0,
+                             eos_token_id=plain[stop], custom_generate=loop)
+    assert out[0, len(ids):].tolist() == plain[:stop + 1]
+    assert loop.counts.forwards == 1 and loop.counts.drafted > stop  # fed past the stop
+    tally = loop.schedule.tallies["qa_bank/prefix"]
+    assert tally.rejected == 0 and tally.accepted == stop
