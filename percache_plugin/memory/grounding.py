@@ -4,9 +4,10 @@ the turn(s) it was extracted from is invented by the model, not read, and is dro
 Content words (:func:`content_words`) are the normalised words of a fact less a fixed list of
 function words, pronouns and frequent verbs (``went``, ``likes``...): what is left are names,
 nouns, numbers and other specific words. A content word is found in the source when the source
-has the same word, or a word sharing its first ``min(STEM, len(a), len(b))`` characters when
-both have at least 4 (``painting`` / ``painted``, ``lives`` / ``live``); shorter words must match
-exactly.
+has the same word, or, for words of at least 4 characters, a word with the same stem
+(:func:`word_stem`: ``painting`` / ``painted`` / ``paints``, ``lives`` / ``live``); a longer
+word that merely starts like a source word is not found (``Calvinist`` is not in a turn about
+``Calvin``). Shorter words must match exactly.
 :func:`grounding` is the share found (1.0 for a fact with no content word: there is nothing to
 check). ``Config.memory_grounding`` is the least share kept; 0 switches the check off.
 """
@@ -15,11 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..rag.meaning import stem
 from .text import normalize
 
-__all__ = ["STEM", "STOPWORDS", "Grounded", "content_words", "grounding"]
-
-STEM = 5
+__all__ = ["STOPWORDS", "Grounded", "content_words", "grounding", "word_stem"]
 
 STOPWORDS = frozenset("""
 a about above after again against all also am an and any are as at be been before being below
@@ -54,13 +54,17 @@ def content_words(text: str) -> list[str]:
     return list(seen)
 
 
-def _found(word: str, source: set[str]) -> bool:
+def word_stem(word: str) -> str:
+    """The stem of a normalised word: :func:`~percache_plugin.rag.meaning.stem` applied until
+    it changes nothing, at most twice (``paintings`` -> ``painting`` -> ``paint``)."""
+    once = stem(word)
+    return once if once == word else stem(once)
+
+
+def _found(word: str, source: set[str], stems: set[str]) -> bool:
     if word in source:
         return True
-    if len(word) < 4:
-        return False
-    return any(len(s) >= 4 and word[:min(STEM, len(word), len(s))] == s[:min(STEM, len(word), len(s))]
-               for s in source)
+    return len(word) >= 4 and word_stem(word) in stems
 
 
 def grounding(fact: str, source: str) -> Grounded:
@@ -69,5 +73,6 @@ def grounding(fact: str, source: str) -> Grounded:
     if not words:
         return Grounded(1.0, ())
     src = set(normalize(source).split())
-    missing = tuple(w for w in words if not _found(w, src))
+    stems = {word_stem(w) for w in src if len(w) >= 4}
+    missing = tuple(w for w in words if not _found(w, src, stems))
     return Grounded(1.0 - len(missing) / len(words), missing)

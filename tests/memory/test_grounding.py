@@ -26,3 +26,11 @@ def test_share_of_content_words_found_in_the_source() -> None:
 def test_config_range() -> None:
     with pytest.raises(ConfigError, match="memory_grounding"):
         Config(memory_grounding=1.5)
+
+
+def test_a_word_is_found_by_its_stem_not_by_a_shared_beginning() -> None:
+    turn = "Calvin: I moved to Boston and I keep painting landscapes."
+    assert grounding("Calvin is a Calvinist", turn).missing == ("calvinist",)  # a prefix is not a stem
+    assert grounding("Calvin paints landscapes", turn).share == 1.0
+    assert grounding("Calvin paintings landscape", turn).share == 1.0  # stem applied twice
+    assert grounding("Bostonian Calvin", turn).missing == ("bostonian",)
