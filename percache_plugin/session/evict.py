@@ -5,7 +5,8 @@ them, and every later position is recomputed with the next turn (equal to a fres
 what remains). Eviction goes down to ``session_low_water`` of the budget so this is amortised.
 ``shifted``: their slots are deleted and later keys RoPE-shifted back by the gap (approximate:
 later turns still carry what they attended to); ``session_recompute_head`` first tokens of the
-new oldest turn can be recomputed. ``masked``: the slots stay, excluded from attention through
+new oldest turn can be recomputed. Turns that recalled memory facts as text leave exactly
+(``stats.fallback`` says so), so no K/V that attended to a fact outlives the turn that held it. ``masked``: the slots stay, excluded from attention through
 the mask hook (approximate in the same way, no memory saved until :func:`compact`).
 """
 
@@ -67,6 +68,11 @@ def make_room(engine: Engine, session: Session, incoming: int, message: str, sta
     stats.eviction = mode
     if mode == "shifted" and engine.shifter is None:
         stats.fallback = f"shifted eviction unavailable ({engine.capabilities.reasons.get('shifted_reuse', '')}); evicted exactly"
+        mode = "exact"
+    if mode == "shifted" and any(t.fact_ids for t in victims):
+        # later turns would keep K/V that attended to the recalled facts, with no turn left to
+        # say so: forgetting one of them could not find it (session/recalled.py)
+        stats.fallback = "a turn with recalled memory facts is evicted exactly"
         mode = "exact"
     if mode == "exact":
         _drop_exact(session, victims, stats)

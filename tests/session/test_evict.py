@@ -114,3 +114,19 @@ def test_compacting_masked_turns_restores_exactness() -> None:
     with pc.disabled():
         want, logits = baseline(model, reply.prompt_ids, 4)
     assert reply.token_ids == want and (reply.first_logits - logits).abs().max().item() <= 1e-4
+
+
+def test_shifted_eviction_of_a_turn_with_recalled_memory_is_exact() -> None:
+    # later turns would keep K/V that attended to the fact, and forget could no longer find it
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, session_kv_tokens=200, session_eviction="shifted", embedder="hash",
+                         predict="off", memory_recall=True, memory_threshold=0.0)
+    fact = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact
+    first = pc.chat("What tea does Ana drink?", memory_scope="ana", max_new_tokens=4)
+    assert fact.id in first.stats.fact_ids
+    stats = [pc.chat(m, max_new_tokens=4).stats for m in MESSAGES[:4]]
+    evicting = next(s for s in stats if s.turns_evicted)
+    assert evicting.fallback == "a turn with recalled memory facts is evicted exactly"
+    assert not evicting.approximate
+    assert all(not t.fact_ids for t in pc.sessions.get("default").turns)
+    pc.close()
