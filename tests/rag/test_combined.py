@@ -98,6 +98,11 @@ REFUSED = [
      "Summarize Kirsty Williams' opinion on the current geographic spread of provision when "
      "discussing the decision of not accrediting the University of South Wales with the ability "
      "to deliver teacher training."),
+    # the wrong-question hit of bench e2e in ES2004 (test split: known before, not fitted on)
+    ("What did Industrial Designer think of the older generation when discussing remote control "
+     "style and design optimization?",
+     "What did Industrial Designer think of plastic when discussing remote control style and "
+     "design optimization?"),
 ]
 # Dev paraphrases (QMSum val split, LoCoMo dev) served by it.
 SERVED = [
