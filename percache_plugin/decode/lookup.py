@@ -3,14 +3,16 @@
 Anchored sequences (whole earlier answers) are tried first, by prefix: when the generated
 tokens so far equal an answer's first tokens, its next tokens are the draft. Otherwise the
 last ``n`` tokens of the context (prompt and generation) are looked up as an n-gram, longest
-``n`` first, and the tokens that followed the most recent occurrence are the draft. The
-generation itself is indexed as it grows (a model repeating itself drafts from its own output,
-as transformers' prompt lookup does).
+``n`` first (down to a single token), and the tokens that followed the occurrence agreeing with
+the context furthest back are the draft. The generation itself is indexed as it grows (a model
+repeating itself drafts from its own output, as transformers' prompt lookup does).
+:meth:`DraftIndex.proposals` lists every candidate (the best occurrence per source and n-gram
+length) so that the schedule can verify the kind of draft most likely to stand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,10 +140,38 @@ class DraftIndex:
                     best = Draft(cand, self._names[i], len(gen), True)
         if best is not None:
             return best
+        for found in self._by_ngram(k):
+            return found
+        return None
+
+    def proposals(self, k: int) -> list[Draft]:
+        """Every candidate :meth:`propose` chooses among, best first: the anchored answer that
+        continues the generation by prefix, then for each n-gram length (longest first) the
+        best occurrence in each source. The schedule may verify a later one whose kind is
+        accepted more often (:meth:`~percache_plugin.decode.schedule.DraftSchedule.choose`)."""
+        if k <= 0:
+            return []
+        gen = self.generated
+        out: list[Draft] = []
+        for i in self._anchored:
+            seq = self._seqs[i]
+            if len(seq) > len(gen) and seq[:len(gen)] == gen:
+                cand = tuple(seq[len(gen):len(gen) + k])
+                if not out or len(cand) > len(out[0].tokens):
+                    out[:1] = [Draft(cand, self._names[i], len(gen), True)]
+        for d in self._by_ngram(k, every=True):
+            if d not in out:  # a shorter n-gram finds the longer one's occurrences again
+                out.append(d)
+        return out
+
+    def _by_ngram(self, k: int, every: bool = False) -> Iterator[Draft]:
+        """For the longest n-gram ending the context that occurs, its best occurrence; with
+        ``every``, for each n-gram length in turn, the best occurrence per source name."""
         ctx = self._context
         for n in range(min(self.max_ngram, len(ctx)), self.min_ngram - 1, -1):
             gram = ctx[len(ctx) - n:]
-            found: Draft | None = None
+            found: dict[str, Draft] = {}
+            top: Draft | None = None
             for i in range(len(self._seqs) - 1, -1, -1):
                 seq = self._seqs[i]
                 arr = self._arrays[i]
@@ -149,10 +179,14 @@ class DraftIndex:
                 # occurrences with a token after them (none after the n-gram just emitted), the
                 # latest first; the one whose match runs furthest back wins (ties: the latest)
                 usable = ends[ends < len(seq)][-self.max_candidates:]
+                name = self._names[i]
                 for end in usable[::-1].tolist():
                     run = _run(ctx, seq, end, n)
-                    if found is None or run > found.match:
-                        found = Draft(tuple(seq[end:end + k]), self._names[i], run)
-            if found is not None:
-                return found
-        return None
+                    if top is None or run > top.match:
+                        top = Draft(tuple(seq[end:end + k]), name, run)
+                    if name not in found or run > found[name].match:
+                        found[name] = Draft(tuple(seq[end:end + k]), name, run)
+            if top is not None and not every:
+                yield top
+                return
+            yield from sorted(found.values(), key=lambda d: -d.match)

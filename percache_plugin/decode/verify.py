@@ -149,11 +149,13 @@ class DraftedDecoding:
         while not done:
             room = max_length - ids.shape[1] - 1  # draft tokens beyond it could never be kept
             budget = min(self.schedule.max_length, room) if self.draft_in_prefill or raw else 0
-            draft = self.index.propose(budget) if budget > 0 else None
-            tokens = draft.tokens[:self.schedule.length(draft)] if draft is not None else ()
-            if draft is not None and not tokens:
+            # every candidate (anchored answer, best occurrence per source and n-gram length):
+            # the schedule verifies the one promising the most tokens per unit of cost, if any
+            found = self.index.proposals(budget) if budget > 0 else []
+            draft, k = self.schedule.choose(found)
+            tokens = draft.tokens[:k] if draft is not None else ()
+            if found and draft is None:
                 c.declined += 1
-                draft = None
             feed = pending if not tokens else torch.cat(
                 [pending, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
             extra: dict[str, Any] = {"logits_to_keep": len(tokens) + 1} if keep_arg else {}

@@ -100,7 +100,24 @@ def test_proposals_follow_the_rule_on_random_text() -> None:
             k = rng.randrange(1, 6)
             got = index.propose(k)
             assert (None if got is None else (got.tokens, got.source)) == naive_propose(seqs, ctx, k)
+            every = index.proposals(k)
+            assert (every[0] if every else None) == got  # the best candidate comes first
+            assert len(set(every)) == len(every)
             token = rng.randrange(vocab)
             index.append(token)
             ctx.append(token)
             seqs[-1][1].append(token)
+
+
+def test_proposals_hold_the_best_occurrence_per_source_and_ngram_length() -> None:
+    prompt = prompt_source([1, 2, 3, 4, 8, 3, 5])
+    session = DraftSource("session", ((7, 2, 3, 6),))
+    index = DraftIndex([prompt, session], [9, 2, 3])
+    got = [(d.source, d.match, d.tokens) for d in index.proposals(2)]
+    # the 2-gram (2, 3) in each source; the 1-gram (3) finds the same occurrences, running
+    # further back than its other one (3, 5)
+    assert got == [("session", 2, (6,)), ("prompt", 2, (4, 8))]
+    index = DraftIndex([prompt, session], [9, 3])
+    assert [(d.source, d.match, d.tokens) for d in index.proposals(2)] == [
+        ("session", 1, (6,)), ("prompt", 1, (5,))]  # the latest occurrence of each source
+    assert index.proposals(0) == []

@@ -101,3 +101,12 @@ def test_bad_settings_are_refused() -> None:
         DraftSchedule(margin=0.0)
     with pytest.raises(ValueError, match="cap"):
         AcceptanceHistory(cap=0)
+
+
+def test_choose_verifies_the_candidate_promising_most() -> None:
+    weak, strong = Draft((1, 2, 3), "prompt", 2), Draft((4, 5, 6), "output", 4)
+    sched = DraftSchedule(cost=VerifyCost((1.2,)), prior_accepted=1.0, prior_rejected=1.0)
+    sched.tallies[draft_kind(weak)] = Tally(0.0, 20.0)  # always rejected
+    sched.tallies[draft_kind(strong)] = Tally(30.0, 1.0)
+    assert sched.choose([weak, strong]) == (strong, 3)
+    assert sched.choose([weak]) == (None, 0) and sched.choose([]) == (None, 0)
