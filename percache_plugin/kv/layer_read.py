@@ -20,6 +20,8 @@ as the whole-file reader's, so the cache is bit-identical to it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +34,8 @@ from .checksums import crc_update
 from .node_read import RawNode, header_of, tensors_of
 
 __all__ = ["CorruptLayerError", "LayerGate", "LayerReader", "LayeredNode", "open_layered"]
+
+log = logging.getLogger("percache_plugin.kv.store")
 
 
 class CorruptLayerError(Exception):
@@ -183,9 +187,20 @@ class LayerReader:
                 self._queue.remove(node)
         if reason is not None:
             node.gate._fail(reason)
-        os.close(node.fd)
+        with contextlib.suppress(OSError):
+            os.close(node.fd)
 
     def _run(self) -> None:
+        try:
+            self._read_all()
+        except BaseException as exc:  # never leave a waiter blocked: fail what is left
+            with self._cond:
+                left, self._queue, self._thread = self._queue, [], None
+            for node in left:
+                node.gate._fail(f"the reader stopped ({type(exc).__name__}: {exc})")
+            log.warning("percache: the K/V layer reader stopped (%s: %s)", type(exc).__name__, exc)
+
+    def _read_all(self) -> None:
         while (node := self._next()) is not None:
             layer = node.next_layer
             try:

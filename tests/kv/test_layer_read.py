@@ -152,3 +152,24 @@ def test_a_gate_wakes_waiters_in_other_threads() -> None:
     gate._advance()
     t.join(5)
     assert seen == [1] and gate.ok
+
+
+def test_a_reader_that_stops_unexpectedly_fails_its_waiters(disk: KVStore) -> None:
+    assert disk.put("a", make_kv(layers=3), parent=None, start=0, token_ids=ids())
+    with mock.patch("percache_plugin.kv.layer_read.os.preadv", side_effect=SystemExit("boom")):
+        kv = disk.get("a", token_ids=ids(), layered=True)
+        assert kv is not None and kv.pending is not None
+        raised: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                kv.ready()
+            except CorruptLayerError as exc:
+                raised.append(exc)
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(10)
+    assert not waiter.is_alive(), "the wait never returned"
+    assert len(raised) == 1 and "boom" in str(raised[0])
+    assert no_reader_left()
