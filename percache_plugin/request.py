@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .decode import context_limit
 from .decode.chunked import StopCheck
-from .kv.cache import empty_cache
+from .kv.cache import empty_cache, wait_layers
 from .kv.layer_read import CorruptLayerError
 from .reuse import PlanError, ReuseRunner, store_computed
 from .segments import Prompt
@@ -116,6 +116,7 @@ def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: fl
     def finish(cache: Any, gen: Generation | None, completed: bool) -> None:
         try:
             if completed:
+                wait_layers(cache)  # a prefill that ran no forward hands out only checked K/V
                 if enabled():
                     store_computed(ctx, prompt, exact_end, skip,
                                    bool(shifted) and stats.approximate, cache, stats)

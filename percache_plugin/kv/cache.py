@@ -12,7 +12,7 @@ from transformers.cache_utils import DynamicLayer
 from .layer_read import LayerGate
 from .store import ChunkKV
 
-__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache", "layer_kv", "DeferredLayer"]
+__all__ = ["cache_from_chunks", "slice_chunk", "empty_cache", "layer_kv", "DeferredLayer", "wait_layers"]
 
 
 def empty_cache() -> DynamicCache:
@@ -51,6 +51,12 @@ class DeferredLayer(DynamicLayer):
         self.device = keys[0].device if device is None else device
         self.is_initialized = True
 
+    def wait(self) -> None:
+        """Wait until the parts are read and checked (``wait``, once), without joining them."""
+        if self._wait is not None:
+            self._wait()
+            self._wait = None
+
     @property
     def deferred(self) -> bool:
         """Whether the parts are not concatenated yet."""
@@ -58,9 +64,7 @@ class DeferredLayer(DynamicLayer):
 
     def _join(self, extra: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         assert self._parts is not None
-        if self._wait is not None:
-            self._wait()
-            self._wait = None
+        self.wait()
         pk, pv = ([t.to(device=self.device, dtype=self.dtype) for t in ts] for ts in self._parts)
         self._parts = None
         self._keys = torch.cat(pk if extra is None else [*pk, extra[0]], dim=-2)
@@ -122,6 +126,16 @@ def _waiter(gates: Sequence[LayerGate], layer: int) -> Callable[[], None]:
         for gate in gates:
             gate.wait(layer)
     return wait
+
+
+def wait_layers(cache: Any) -> None:
+    """Wait until every :class:`DeferredLayer` of ``cache`` still being read is read and checked
+    (a no-op after a forward, which waited for each layer).
+
+    :raises ~percache_plugin.kv.layer_read.CorruptLayerError: a layer failed its check."""
+    for layer in getattr(cache, "layers", ()):
+        if isinstance(layer, DeferredLayer):
+            layer.wait()
 
 
 def layer_kv(cache: Cache, index: int) -> tuple[torch.Tensor, torch.Tensor]:

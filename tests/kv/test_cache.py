@@ -89,3 +89,26 @@ def test_a_model_over_a_deferred_cache_matches_one_over_a_built_cache(monkeypatc
     assert torch.equal(got, want)
     assert joins == [True] * len(cache.layers)  # each layer joined once, in its first update
     assert cache.get_seq_length() == 14
+
+
+def test_wait_layers_waits_for_pending_chunks_without_joining() -> None:
+    from percache_plugin.kv.cache import wait_layers
+    from percache_plugin.kv.layer_read import CorruptLayerError, LayerGate
+
+    def pending(gate: LayerGate) -> ChunkKV:
+        return ChunkKV(tuple(torch.zeros(2, 3, 4) for _ in range(2)),
+                       tuple(torch.zeros(2, 3, 4) for _ in range(2)), pending=gate)
+
+    good = LayerGate("good", 2)
+    good._advance()
+    good._advance()
+    cache = cache_from_chunks([pending(good)], torch.float32, torch.device("cpu"))
+    wait_layers(cache)
+    assert all(layer.deferred for layer in cache.layers)  # checked, still one copy to come
+
+    bad = LayerGate("bad", 2)
+    bad._advance()
+    bad._fail("checksum mismatch")
+    cache = cache_from_chunks([pending(good), pending(bad)], torch.float32, torch.device("cpu"))
+    with pytest.raises(CorruptLayerError, match="layer 1"):
+        wait_layers(cache)
