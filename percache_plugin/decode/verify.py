@@ -40,10 +40,15 @@ from .packed import PackOnDemand
 from .schedule import DraftSchedule
 from .sources import DraftSource
 
-__all__ = ["DraftedDecoding", "DraftCounts", "NEAR_TIE", "extend_positions"]
+__all__ = ["DraftedDecoding", "DraftCounts", "FIRST_FORWARD_MATCH", "NEAR_TIE", "extend_positions"]
 
 # Top-two score gap under which kernel rounding (measured up to ~1e-4) could flip an argmax, with margin.
 NEAR_TIE = 1e-3
+# Drafts the first (prompt) forward verifies: an earlier answer by prefix, or an n-gram match of at
+# least this many tokens. A prompt's last token (a template's newline) nearly always occurs earlier,
+# and such one-token drafts, rarely accepted, would lengthen every prefill (its time to the first
+# token) and change its float rounding against a plain prefill.
+FIRST_FORWARD_MATCH = 2
 
 
 def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
@@ -152,6 +157,8 @@ class DraftedDecoding:
             # every candidate (anchored answer, best occurrence per source and n-gram length):
             # the schedule verifies the one promising the most tokens per unit of cost, if any
             found = self.index.proposals(budget) if budget > 0 else []
+            if not raw:  # first forward: a one-token match is too weak to lengthen the prefill
+                found = [d for d in found if d.by_prefix or d.match >= FIRST_FORWARD_MATCH]
             draft, k = self.schedule.choose(found)
             tokens = draft.tokens[:k] if draft is not None else ()
             if found and draft is None:

@@ -263,3 +263,25 @@ def test_a_stop_inside_a_draft_is_not_counted_as_its_rejection() -> None:
     assert loop.counts.forwards == 1 and loop.counts.drafted > stop  # fed past the stop
     tally = loop.schedule.tallies["qa_bank/prefix"]
     assert tally.rejected == 0 and tally.accepted == stop
+
+
+def test_the_first_forward_verifies_no_one_token_match() -> None:
+    """The prompt's last token occurs earlier in it, but no two-token run does: the prompt
+    forward computes the prompt alone (it used to append the one-token match's draft, which
+    lengthened every prefill and changed its rounding against a plain prefill); later
+    forwards still draft from one-token matches."""
+    model, tok = tiny_pair("llama")
+    ids = [5, 9, 17, 33, 41, 9, 60, 71, 83, 9]  # 9 occurs before; (83, 9) does not
+    plain, _ = baseline(model, ids, max_new_tokens=N)
+    loop = DraftedDecoding(DraftIndex([prompt_source(ids)], ids, min_ngram=1), DraftSchedule(cost=VerifyCost(FREE)))
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=N, do_sample=False, pad_token_id=0,
+                             custom_generate=loop)
+    assert out[0, len(ids):].tolist() == plain
+    assert loop.counts.forward_s[0][0] == 0  # no draft token fed with the prompt
+    anchored = DraftedDecoding(DraftIndex([DraftSource("qa_bank", (tuple(plain),), anchored=True)], ids),
+                               DraftSchedule(cost=VerifyCost(FREE)))
+    with torch.inference_mode():
+        model.generate(torch.tensor([ids]), max_new_tokens=N, do_sample=False, pad_token_id=0,
+                       custom_generate=anchored)
+    assert anchored.counts.forward_s[0][0] > 0  # an earlier answer by prefix still rides along
