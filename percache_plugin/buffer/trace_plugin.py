@@ -43,9 +43,9 @@ class KVTraceRecorder:
             tracer.record(op, f"kv/{key}", 0, nbytes, "hot" if parent is None else "")
 
     @hookimpl(wrapper=True)
-    def percache_load_chunk(self, ctx: EngineContext, key: str,
-                            token_ids: tuple[int, ...]) -> Generator[None, ChunkKV | None, ChunkKV | None]:
-        kv = yield
+    def percache_load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...],
+                            layered: bool) -> Generator[None, ChunkKV | None, ChunkKV | None]:
+        kv = yield  # only the node's size is read: a chunk still being read (layered) is fine
         if kv is not None and ctx.config.kv_trace:
             info = ctx.store.info(key)
             if info is not None:

@@ -127,7 +127,14 @@ class Hooks:
 
     def load_chunk(self, ctx: EngineContext, key: str, token_ids: tuple[int, ...], *,
                    layered: bool = False) -> ChunkKV | None:
+        if layered and not self._wrappers_take("percache_load_chunk", "layered"):
+            layered = False  # such a wrapper could read tensors still being read
         return self._hook.percache_load_chunk(ctx=ctx, key=key, token_ids=token_ids, layered=layered)
+
+    def _wrappers_take(self, hook: str, arg: str) -> bool:
+        """Whether every wrapper of ``hook`` declares ``arg``."""
+        impls = getattr(self._hook, hook).get_hookimpls()
+        return all(arg in impl.argnames for impl in impls if impl.wrapper or impl.hookwrapper)
 
     def prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> None:
         if keys:

@@ -140,6 +140,8 @@ def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]
         (``ChunkKV.pending``, :mod:`percache_plugin.kv.layer_read`): the exact-prefix path of a
         request with ``Config.kv_overlap_reads``, whose forward waits for each layer at its
         first use. A loader that cannot defer ignores it (and may leave it out of its signature).
+        A wrapper (``wrapper=True``) that leaves it out of its signature gets False: the chunk
+        it sees is whole, since it might read the tensors.
     :return: the K/V, per layer ``[kv_heads, n_tokens, head_dim]``, or None.
     """
 
