@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import percache_plugin as percache
-
 from percache_plugin.hooks import manager
 from tests.helpers import SEGMENTS, tiny_pair
 
