@@ -122,13 +122,18 @@ def test_preempted_constrained_extraction_stores_nothing_of_its_task() -> None:
 
 
 def test_foreground_preempts_extraction_within_a_decode_step() -> None:
+    """Once a foreground call raises the preempt flag, extraction starts at most one more
+    decode step (the flag is checked after every token; one step may start in the instant
+    between that check and the flag). Counted, not timed, so load cannot fail it; the wall
+    time (one decode step plus 50 ms at most) is measured by `percache bench idle` over the
+    same engine path."""
     # Free generation: a tiny random model under the grammar may end at once, and the
-    # preemption this measures is the engine's, the same with or without the grammar.
+    # preemption this checks is the engine's, the same with or without the grammar.
     model, tok = tiny_pair("llama", num_hidden_layers=4)
     pc = percache.enable(model, tok, embedder="hash", predict="off", memory_extraction="model",
                          memory_extract_tokens=4000, memory_extract_grammar=False)
-    steps: list[float] = []
-    started: list[float] = []
+    flag = pc.engine.preemption.flag
+    flagged: list[bool] = []  # per background decode step: was the flag up when it started?
     decoding = threading.Event()
 
     class Watch:
@@ -136,36 +141,20 @@ def test_foreground_preempts_extraction_within_a_decode_step() -> None:
         def percache_attention(self, ctx, module, query, key, value, attention_mask, kwargs):  # type: ignore[no-untyped-def]
             background = threading.current_thread().name == "percache-idle"
             if query.shape[2] == 1 and background and module.layer_idx == 0:
-                steps.append(time.perf_counter())
-                if len(steps) > 3:
+                flagged.append(flag.is_set())
+                if len(flagged) > 3:
                     decoding.set()
-            if not background:
-                started.append(time.perf_counter())  # the foreground's first forward
             return (yield)
 
     pc.plugins.register(Watch())
-    # The foreground's own set-up before its first forward (session, template, locks) is not
-    # preemption delay: measured on a new session with nothing in the background, after a
-    # warm-up turn, and allowed for beside the decode step.
-    pc.sessions.create("warm-up")
-    pc.sessions.create("own")
-    pc.chat("Hi", session="warm-up", max_new_tokens=1)
-    started.clear()
-    t_own = time.perf_counter()
-    pc.chat("Hello", session="own", max_new_tokens=1)
-    own = started[0] - t_own
-    started.clear()
     queue_turns(pc.idle_queue, "s", [(1, "Ana: I adopted a cat named Miso in May.")], "ana")
     worker = pc.start_idle_worker(poll_s=0.01)
     assert decoding.wait(60), "extraction never started decoding"
-    t0 = time.perf_counter()
     try:
         pc.chat("Hello", max_new_tokens=2)
     finally:
         pc.stop_idle_worker()
-    waited = started[0] - t0
-    step = max(b - a for a, b in zip(steps, steps[1:], strict=False))
-    assert waited - own <= step + 0.05, (waited, own, step)
+    assert not flagged[0] and sum(flagged) <= 1, flagged
     deadline = time.monotonic() + 10
     while worker.report.preempted == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
