@@ -58,7 +58,7 @@ class KVRamTier:
         self.policy_name = policy if isinstance(policy, str) else policy.name
         self.tracer = tracer
         self.stale = 0
-        self._pending: list[tuple[Hashable, ChunkKV, tuple[float, str, int], str]] = []
+        self._pending: list[tuple[str, ChunkKV, tuple[float, str, int], str]] = []
         store.add_listener(self.invalidate)
 
     @property
@@ -92,15 +92,15 @@ class KVRamTier:
         if kv is None:
             return None
         if kv.pending is not None:
-            self._pending.append((ck, kv, _version(info), cls))
+            self._pending.append((key, kv, _version(info), cls))
         else:
-            self._offer(ck, kv, _version(info), cls)
+            self._offer(key, kv, _version(info), cls)
         return replace(kv, origin="store")
 
-    def _offer(self, ck: Hashable, kv: ChunkKV, version: tuple[float, str, int], cls: str) -> None:
-        after = self.store.info(str(ck))  # the row we read may have been replaced meanwhile
+    def _offer(self, key: str, kv: ChunkKV, version: tuple[float, str, int], cls: str) -> None:
+        after = self.store.info(key)  # the row we read may have been replaced meanwhile
         if after is not None and _version(after) == version:
-            self.cache.offer(ck, _Entry(replace(kv, origin="ram", pending=None), version), kv.nbytes, cls)
+            self.cache.offer(key, _Entry(replace(kv, origin="ram", pending=None), version), kv.nbytes, cls)
 
     def _settle(self) -> None:
         """Offer the chunks read in the background that are now read and checked; forget the
