@@ -9,7 +9,7 @@ import torch
 from tests.models import tiny_model
 from tests.tokenizer import byte_tokenizer
 
-__all__ = ["VOCAB", "SEGMENTS", "tiny_pair", "baseline"]
+__all__ = ["VOCAB", "SEGMENTS", "Recorder", "tiny_pair", "baseline"]
 
 VOCAB = 320  # the byte tokenizer uses ids 0..259
 
@@ -37,3 +37,17 @@ def baseline(model: Any, ids: list[int], max_new_tokens: int = 8) -> tuple[list[
             return_dict_in_generate=True, output_logits=True, pad_token_id=0,
         )
     return out.sequences[0, len(ids):].tolist(), out.logits[0][0].float()
+
+
+class Recorder:
+    """A streamer that keeps what it was given: ``puts`` (one list of ids per call), ``ended``."""
+
+    def __init__(self) -> None:
+        self.puts: list[list[int]] = []
+        self.ended = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        self.puts.append(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        self.ended += 1

@@ -121,6 +121,7 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
     if pad is None:
         pad = tokenizer.eos_token_id
     if drafting is not None:
+        drafting.streamer = kwargs.get("streamer")
         kwargs = {**kwargs, "custom_generate": drafting}
     if kwargs.get("use_cache", True) is False:
         raise ValueError("use_cache=False cannot be honoured: percache generates over its own K/V cache")

@@ -106,6 +106,10 @@ class DraftedDecoding:
         token compute with (the values differ from the model's own kernels by float rounding; a
         one-token forward and the first forward use the model's kernels, so the packing is
         never paid before a first token); None: the model's kernels throughout.
+    :ivar streamer: where each new token goes (``streamer.put``, then ``streamer.end``):
+        ``generate`` sends the prompt to its ``streamer`` but hands a callable
+        ``custom_generate`` only the arguments that ``_sample`` lacks, so the caller's streamer
+        is given here too (one passed to the call wins).
     """
 
     def __init__(self, index: DraftIndex, schedule: DraftSchedule | None = None) -> None:
@@ -114,6 +118,7 @@ class DraftedDecoding:
         self.counts = DraftCounts()
         self.draft_in_prefill = True
         self.linears: PackOnDemand | None = None
+        self.streamer: Any = None
 
     @classmethod
     def from_sources(cls, sources: Sequence[DraftSource], prompt: Sequence[int],
@@ -134,6 +139,7 @@ class DraftedDecoding:
                  streamer: Any = None, **model_kwargs: Any) -> Any:
         if generation_config.do_sample or input_ids.shape[0] != 1 or synced_gpus:
             raise ValueError("drafted decoding is greedy with a batch of one (no sampling, no synced_gpus)")
+        streamer = streamer if streamer is not None else self.streamer
         mask = model_kwargs.get("attention_mask")
         if mask is not None and not bool((mask == 1).all()):
             raise ValueError("drafted decoding does not support padding (attention_mask with zeros)")

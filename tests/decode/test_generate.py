@@ -8,6 +8,7 @@ import torch
 import percache_plugin as percache
 from percache_plugin.conformance.families import build_family
 from percache_plugin.conformance.tiny import byte_tokenizer
+from tests.helpers import Recorder
 
 SEGMENTS = ["System.", "alpha beta gamma " * 2, "Q?"]
 
@@ -52,3 +53,22 @@ def test_token_type_ids_are_refused_whatever_the_drafting() -> None:
             pc.complete("a plain prompt", max_new_tokens=4, token_type_ids=torch.ones((1, 3), dtype=torch.long))
         assert pc.generate(SEGMENTS, max_new_tokens=4, do_sample=False).token_ids  # still usable
         pc.close()
+
+
+
+def test_a_streamer_gets_every_token_with_drafting_as_without() -> None:
+    # generate() hands a callable custom_generate only the arguments _sample lacks: the
+    # streamer got the prompt and then nothing, not even end(), while drafting was on.
+    model = build_family("llama")
+    tok = byte_tokenizer()
+    seen = {}
+    for drafting in (False, True):
+        with percache.enable(model, tok, drafting=drafting) as pc:
+            rec = Recorder()
+            g = pc.generate(["notes: the cat sat on the mat. the cat sat.", "the cat"],
+                            streamer=rec, max_new_tokens=8, do_sample=False)
+            assert g.stats.drafting == ("on" if drafting else "off")
+            assert rec.ended == 1
+            assert [t for p in rec.puts[1:] for t in p] == g.token_ids
+            seen[drafting] = rec.puts
+    assert seen[True][0] == seen[False][0]  # the prompt first, once
