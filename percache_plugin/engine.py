@@ -241,7 +241,7 @@ class Engine:
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
-            return recompute_on_corrupt(lambda aborted: self._generate(segments, drafts, generate_kwargs, t0, aborted))
+            return recompute_on_corrupt(lambda n: self._generate(segments, drafts, generate_kwargs, t0, n), generate_kwargs)
 
     def _generate(self, segments: Sequence[str | Segment] | Prompt, drafts: DraftHints | None, generate_kwargs: dict[str, Any], t0: float, aborted: int) -> Generation:
         stop = interrupt_check(self.preemption)

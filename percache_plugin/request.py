@@ -24,7 +24,7 @@ from .stats import Generation, GenerationStats, StatsTotals
 if TYPE_CHECKING:
     from .hooks.contexts import EngineContext
 
-__all__ = ["Finish", "Opened", "Prefilled", "check_length", "open_request", "recompute_on_corrupt"]
+__all__ = ["Finish", "Opened", "Prefilled", "PromptOnce", "check_length", "open_request", "recompute_on_corrupt"]
 
 log = logging.getLogger("percache")
 T = TypeVar("T")
@@ -65,15 +65,48 @@ def check_length(model: Any, prompt: Prompt, max_new: int) -> None:
         )
 
 
-def recompute_on_corrupt(attempt: Callable[[int], T]) -> T:
+class PromptOnce:
+    """A streamer wrapper that sends the prompt once although the request may run twice: the
+    first ``put`` of each attempt is the prompt (``generate`` sends it before decoding), and a
+    second attempt's is dropped if the first attempt's got through."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._sent = False
+        self._first = True
+
+    def again(self) -> None:
+        """A new attempt starts: its first ``put`` is the prompt again."""
+        self._first = True
+
+    def put(self, value: Any) -> None:
+        if self._first:
+            self._first = False
+            if self._sent:
+                return
+            self._sent = True
+        self.inner.put(value)
+
+    def end(self) -> None:
+        self.inner.end()
+
+
+def recompute_on_corrupt(attempt: Callable[[int], T], kwargs: dict[str, Any] | None = None) -> T:
     """``attempt(aborted)``, run again once if a K/V layer read in the background failed its
     check mid-forward (:class:`~percache_plugin.kv.layer_read.CorruptLayerError`: the forward
     produced nothing and the store dropped the node). The second attempt (``aborted`` 1) plans
-    afresh and reads whole files, each checked before its use, so it cannot abort again."""
+    afresh and reads whole files, each checked before its use, so it cannot abort again. A
+    ``streamer`` in ``kwargs`` (the ``generate`` arguments) is wrapped in :class:`PromptOnce`,
+    so a caller streaming the output sees the prompt once."""
+    once = None
+    if kwargs is not None and kwargs.get("streamer") is not None:
+        kwargs["streamer"] = once = PromptOnce(kwargs["streamer"])
     try:
         return attempt(0)
     except CorruptLayerError as exc:
         log.warning("percache: %s; the node is dropped and the request computed again", exc)
+        if once is not None:
+            once.again()
         return attempt(1)
 
 

@@ -13,7 +13,7 @@ import torch
 
 import percache_plugin as percache
 from percache_plugin.kv.layer_read import LayerReader
-from tests.helpers import SEGMENTS, baseline, tiny_pair
+from tests.helpers import SEGMENTS, Recorder, baseline, tiny_pair
 from tests.kv.test_layer_read import flip_byte, no_reader_left
 
 GEN = {"max_new_tokens": 6, "do_sample": False}
@@ -98,4 +98,19 @@ def test_without_overlap_a_corrupt_layer_is_a_plain_miss(tmp_path: Path) -> None
         g = pc.generate(SEGMENTS, **GEN)
         assert g.stats.corrupt_aborts == 0 and g.stats.load_misses == 1 and g.stats.nodes_reused == 1
         assert g.token_ids == want
+    assert no_reader_left()
+
+
+
+@pytest.mark.parametrize("drafting", [False, True])
+def test_a_recomputed_request_streams_its_prompt_once(tmp_path: Path, drafting: bool) -> None:
+    model, tok, want = stored_then_corrupted(tmp_path, 0, "v")
+    with percache.enable(model, tok, store=tmp_path, ram_cache_bytes=0, drafting=drafting) as pc:
+        streamer = Recorder()
+        g = pc.generate(SEGMENTS, streamer=streamer, **GEN)
+        assert g.stats.corrupt_aborts == 1
+        ids = pc.prompt(SEGMENTS).input_ids
+        assert streamer.puts[0] == ids  # the prompt, once; then one token at a time
+        assert [t for p in streamer.puts[1:] for t in p] == want
+        assert streamer.ended == 1
     assert no_reader_left()
