@@ -62,6 +62,8 @@ __all__ = [
     "WordVectors",
     "align_verdicts",
     "alignment",
+    "best_matches",
+    "content_words",
     "word_verdicts",
 ]
 
@@ -93,28 +95,38 @@ class Alignment:
         return self.score >= 0.0
 
 
-def _content(words: WordVectors) -> tuple[list[str], np.ndarray]:
+def content_words(words: WordVectors) -> tuple[tuple[str, ...], tuple[str, ...], np.ndarray]:
+    """The content words of a question (function words left out): as written, their stems,
+    and their vectors."""
     names, vectors = words
     keep = [i for i, w in enumerate(names) if stem(w) not in FUNCTION_STEMS]
-    return [stem(names[i]) for i in keep], vectors[keep]
+    written = tuple(names[i] for i in keep)
+    return written, tuple(stem(w) for w in written), vectors[keep]
+
+
+def best_matches(va: np.ndarray, vb: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Each word's best-match cosine in the other question, both ways, and their mean (the
+    mean of the two sides' means)."""
+    sims = va @ vb.T
+    best_a, best_b = sims.max(axis=1), sims.max(axis=0)
+    return best_a, best_b, float((best_a.mean() + best_b.mean()) / 2)
 
 
 def alignment(a: WordVectors, b: WordVectors) -> Alignment:
     """Each content word's best match in the other question, summed up both ways."""
-    stems_a, va = _content(a)
-    stems_b, vb = _content(b)
+    _, stems_a, va = content_words(a)
+    _, stems_b, vb = content_words(b)
     if not stems_a or not stems_b:
         return Alignment(1.0, 1.0)
-    sims = va @ vb.T
-    best_a, best_b = sims.max(axis=1), sims.max(axis=0)
+    best_a, best_b, mean = best_matches(va, vb)
 
-    def worst(best: np.ndarray, own: list[str], other: list[str]) -> float:
+    def worst(best: np.ndarray, own: tuple[str, ...], other: tuple[str, ...]) -> float:
         shared = set(other)
         left = [i for i, s in enumerate(own) if s not in shared and s not in FRAME_WORDS]
         return float(best[left].min()) if left else 1.0
 
     return Alignment(
-        float((best_a.mean() + best_b.mean()) / 2),
+        mean,
         min(worst(best_a, stems_a, stems_b), worst(best_b, stems_b, stems_a)),
     )
 

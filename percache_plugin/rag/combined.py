@@ -20,6 +20,10 @@ So this guard adds two figures to align's two (:class:`Features`):
     the worst best-match cosine among the content words one question has and the other
     lacks, question-frame words left out (:func:`~percache_plugin.rag.residue.is_frame`:
     "meet" is not one); 1.0 when there are none;
+    (the content words and their best matches are align's, :func:`~percache_plugin.rag.align.
+    content_words` and :func:`~percache_plugin.rag.align.best_matches`; align's own worst
+    leaves out words whose stem is a frame word, "meet" included, so it is not reused: the
+    constants below were fitted with this filter);
 ``second``
     the second worst of those (1.0 when there are fewer than two);
 ``head``
@@ -60,9 +64,14 @@ from typing import Final
 
 import numpy as np
 
-from percache_plugin.rag.align import EmbedWords, WordVectors, word_verdicts
+from percache_plugin.rag.align import (
+    EmbedWords,
+    WordVectors,
+    best_matches,
+    content_words,
+    word_verdicts,
+)
 from percache_plugin.rag.guards import question_terms, term_stem
-from percache_plugin.rag.meaning import FUNCTION_STEMS, stem
 from percache_plugin.rag.residue import is_frame
 
 __all__ = [
@@ -112,14 +121,11 @@ class _Side:
 
 
 def _side(text: str, wv: WordVectors) -> _Side:
-    names, vectors = wv
-    keep = [i for i, w in enumerate(names) if stem(w) not in FUNCTION_STEMS]
-    words = tuple(names[i] for i in keep)
-    stems = tuple(stem(w) for w in words)
+    words, stems, vectors = content_words(wv)
     key = question_terms(text).key
-    head = next((i for i, (w, s) in enumerate(zip(words, stems, strict=True))
-                 if not is_frame(w) and term_stem(w) not in key), None)
-    return _Side(words, stems, vectors[keep], head)
+    head = next((i for i, w in enumerate(words) if not is_frame(w) and term_stem(w) not in key),
+                None)
+    return _Side(words, stems, vectors, head)
 
 
 def features(a: str, wa: WordVectors, b: str, wb: WordVectors) -> Features:
@@ -127,8 +133,7 @@ def features(a: str, wa: WordVectors, b: str, wb: WordVectors) -> Features:
     x, y = _side(a, wa), _side(b, wb)
     if not x.words or not y.words:
         return Features(1.0, 1.0, 1.0, 1.0)
-    sims = x.vectors @ y.vectors.T
-    best_x, best_y = sims.max(axis=1), sims.max(axis=0)
+    best_x, best_y, mean = best_matches(x.vectors, y.vectors)
     sx, sy = set(x.stems), set(y.stems)
     left = sorted(
         [float(best_x[i]) for i, (w, s) in enumerate(zip(x.words, x.stems, strict=True))
@@ -142,7 +147,7 @@ def features(a: str, wa: WordVectors, b: str, wb: WordVectors) -> Features:
         return float(best[side.head])
 
     return Features(
-        float((best_x.mean() + best_y.mean()) / 2),
+        mean,
         left[0] if left else 1.0,
         left[1] if len(left) > 1 else 1.0,
         min(head(x, best_x, sy), head(y, best_y, sx)),

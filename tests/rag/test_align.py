@@ -3,29 +3,22 @@ the embedder's contextual word vectors."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pytest
 
-from percache_plugin.rag.align import Alignment, WordVectors, align_verdicts, alignment
-from percache_plugin.rag.embeddings import Embedder, HashEmbedder, load_embedder, question_words
-from percache_plugin.rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_TAU
+from percache_plugin.rag.align import Alignment, align_verdicts, alignment
+from percache_plugin.rag.embeddings import Embedder, HashEmbedder, question_words
+from percache_plugin.rag.guards import DEFAULT_TAU
 from percache_plugin.rag.qa_bank import QABank
-from tests.rag.test_qa_bank import CountingEmbedder
+from tests.rag.word_guards import (
+    OTHERS,
+    check_counted_without_word_vectors,
+    check_embeds_each_question_once,
+    check_refused_and_audited,
+)
+from tests.rag.word_guards import words as _words
 
-OTHERS = tuple(sorted(DEFAULT_MEANING_GUARDS - {"align", "residue"}))
 WITH_ALIGN = (*OTHERS, "align")
-
-
-def _words(table: dict[str, list[float]], text: str) -> WordVectors:
-    """Word vectors from a table (unit-normed); words missing from it get a vector of their own."""
-    words = tuple(w for w, _, _ in question_words(text))
-    dim = len(next(iter(table.values())))
-    rows = [np.array(table[w], np.float32) if w in table else
-            np.eye(dim, dtype=np.float32)[len(w) % (dim - 2) + 2] for w in words]
-    vectors = np.stack([r / np.linalg.norm(r) for r in rows])
-    return words, vectors
 
 
 def test_question_words_drop_possessives_and_keep_spans() -> None:
@@ -54,18 +47,7 @@ def test_questions_without_content_words_pass() -> None:
 
 
 def test_verdicts_embed_every_distinct_question_once() -> None:
-    calls: list[list[str]] = []
-    inner = HashEmbedder(64)
-
-    def embed_words(texts: Sequence[str]) -> list[WordVectors]:
-        calls.append(list(texts))
-        return inner.embed_words(texts)
-
-    asked = "When did Jolene buy her pet Seraphim?"
-    verdicts = align_verdicts([(asked, asked), (asked, "When did Jolene walk Seraphim?")], embed_words)
-    assert verdicts == [True, False]
-    assert calls == [[asked, "When did Jolene walk Seraphim?"]]
-    assert align_verdicts([], embed_words) == [] and len(calls) == 1
+    check_embeds_each_question_once(align_verdicts)
 
 
 def test_hash_word_vectors_are_one_unit_vector_per_word_without_context() -> None:
@@ -78,24 +60,11 @@ def test_hash_word_vectors_are_one_unit_vector_per_word_without_context() -> Non
 
 
 def test_qa_bank_refuses_a_different_question_as_align_and_audits_it_when_off() -> None:
-    bank = QABank(None, load_embedder("hash"), byte_limit=None)
-    bank.add("When did Jolene buy her pet Seraphim?", "In May.")
-    probe = "When did Jolene walk Seraphim in the park?"
-    on = bank.lookup(probe, tau=0.3, meaning=WITH_ALIGN)
-    assert on.match is None and on.rejected_by == "align"
-    off = bank.lookup(probe, tau=0.3, meaning=OTHERS)
-    assert off.match is not None
-    assert bank.stats()["served_with_guard_off"]["align"] == 0  # type: ignore[index]
-    bank.lookup(probe, tau=0.3, meaning=OTHERS, audit=True)
-    assert bank.stats()["served_with_guard_off"]["align"] == 1  # type: ignore[index]
+    check_refused_and_audited("align")
 
 
 def test_an_embedder_without_word_vectors_is_counted_not_guessed() -> None:
-    bank = QABank(None, CountingEmbedder(), byte_limit=None)  # no embed_words
-    bank.add("When did Jolene buy her pet Seraphim?", "In May.")
-    result = bank.lookup("When did Jolene walk Seraphim in the park?", tau=0.3, meaning=WITH_ALIGN)
-    assert result.match is not None
-    assert bank.stats()["align_unavailable"] == 1
+    check_counted_without_word_vectors("align")
 
 
 # With all-MiniLM-L6-v2. Dev pairs (LoCoMo conv-44/47/48, QMSum val-split paraphrases).

@@ -3,20 +3,21 @@ and the match of what each question asks about."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
 from percache_plugin.rag import combined
-from percache_plugin.rag.align import WordVectors
 from percache_plugin.rag.combined import FEATURES, WEIGHTS, Features, combined_verdicts, features
-from percache_plugin.rag.embeddings import Embedder, HashEmbedder, load_embedder
-from percache_plugin.rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_TAU
+from percache_plugin.rag.embeddings import Embedder
+from percache_plugin.rag.guards import DEFAULT_TAU
 from percache_plugin.rag.qa_bank import QABank
-from tests.rag.test_align import _words
-from tests.rag.test_qa_bank import CountingEmbedder
+from tests.rag.word_guards import (
+    OTHERS,
+    check_counted_without_word_vectors,
+    check_embeds_each_question_once,
+    check_refused_and_audited,
+)
+from tests.rag.word_guards import words as _words
 
-OTHERS = tuple(sorted(DEFAULT_MEANING_GUARDS - {"align", "residue", "combined"}))
 WITH_COMBINED = (*OTHERS, "combined")
 
 
@@ -53,39 +54,15 @@ def test_the_head_skips_names_and_frame_words_but_not_meet() -> None:
 
 
 def test_verdicts_embed_every_distinct_question_once() -> None:
-    calls: list[list[str]] = []
-    inner = HashEmbedder(64)
-
-    def embed_words(texts: Sequence[str]) -> list[WordVectors]:
-        calls.append(list(texts))
-        return inner.embed_words(texts)
-
-    asked = "When did Jolene buy her pet Seraphim?"
-    other = "When did Jolene walk Seraphim in the park?"
-    assert combined_verdicts([(asked, asked), (asked, other)], embed_words) == [True, False]
-    assert calls == [[asked, other]]
-    assert combined_verdicts([], embed_words) == [] and len(calls) == 1
+    check_embeds_each_question_once(combined_verdicts)
 
 
 def test_qa_bank_refuses_a_different_question_as_combined_and_audits_it_when_off() -> None:
-    bank = QABank(None, load_embedder("hash"), byte_limit=None)
-    bank.add("When did Jolene buy her pet Seraphim?", "In May.")
-    probe = "When did Jolene walk Seraphim in the park?"
-    on = bank.lookup(probe, tau=0.3, meaning=WITH_COMBINED)
-    assert on.match is None and on.rejected_by == "combined"
-    assert bank.lookup(probe, tau=0.3, meaning=OTHERS).match is not None
-    assert bank.stats()["served_with_guard_off"]["combined"] == 0  # type: ignore[index]
-    bank.lookup(probe, tau=0.3, meaning=OTHERS, audit=True)
-    assert bank.stats()["served_with_guard_off"]["combined"] == 1  # type: ignore[index]
+    check_refused_and_audited("combined")
 
 
 def test_an_embedder_without_word_vectors_is_counted_not_guessed() -> None:
-    bank = QABank(None, CountingEmbedder(), byte_limit=None)  # no embed_words
-    bank.add("When did Jolene buy her pet Seraphim?", "In May.")
-    result = bank.lookup("When did Jolene walk Seraphim in the park?", tau=0.3,
-                         meaning=WITH_COMBINED)
-    assert result.match is not None
-    assert bank.stats()["align_unavailable"] == 1
+    check_counted_without_word_vectors("combined")
 
 
 # With all-MiniLM-L6-v2, dev pairs (LoCoMo conv-44/47/48, QMSum val split) served by align.
