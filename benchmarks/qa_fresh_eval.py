@@ -1,16 +1,20 @@
-"""The QA-bank meaning guards on ``benchmarks/data/qa_fresh_heldout.json``: a held-out check
-built before the ``combined`` guard was developed (its ``about`` field says how).
+"""The QA-bank meaning guards on a held-out check: ``benchmarks/data/qa_fresh_heldout.json``
+(built before the ``combined`` guard was developed) or, with ``--set
+qa_fresh2_heldout.json``, the second one (written before the ``roles`` guard was developed);
+each file's ``about`` field says how it was made.
 
 Negatives (one bank per pair, holding the stored question with an answer; any answer served
 for the asked question is a false hit): ``qmsum_negatives``, two different queries of one QMSum
-train-split meeting sharing a long clause; ``locomo_negatives``, hand-written different
-questions about the same person and thing of LoCoMo conv-49/50. Positives: ``qmsum_paraphrases``
+train-split meeting sharing a long clause (hand-written in the second set); ``locomo_negatives``,
+hand-written different questions about the same person and thing of LoCoMo conv-49/50 (in the
+second set each of a stated kind, counted per kind below the table). Positives: ``qmsum_paraphrases``
 (the bank holds every query of the meeting, scoped to it) and ``locomo_paraphrases`` (every
 question of the conversation but category 5, scoped); a hit serves the original question's
 entry. Every lookup goes through ``QABank.lookup`` at tau 0.74 with the key-terms guard.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/qa_fresh_eval.py \\
-        --locomo ../shared/data/locomo/locomo_dev5.json --qmsum ../shared/data/qmsum
+        --locomo ../shared/data/locomo/locomo_dev5.json --qmsum ../shared/data/qmsum \\
+        [--set qa_fresh2_heldout.json]
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from percache_plugin.rag.qmsum import iter_meetings
 DATA = Path(__file__).resolve().parent / "data"
 BASE = tuple(sorted(DEFAULT_MEANING_GUARDS - EMBEDDED_GUARDS))
 SETTINGS = {
+    "defaults without roles": tuple(sorted(DEFAULT_MEANING_GUARDS - {"roles"})),
     "defaults": tuple(sorted(DEFAULT_MEANING_GUARDS)),
     **{f"defaults + {g}": (*BASE, g) for g in ("residue", "align", "combined")
        if g not in DEFAULT_MEANING_GUARDS},
@@ -42,8 +47,10 @@ def main() -> None:
     p.add_argument("--locomo", type=Path, default=Path("../shared/data/locomo/locomo_dev5.json"))
     p.add_argument("--qmsum", type=Path, default=Path("../shared/data/qmsum"))
     p.add_argument("--tau", type=float, default=DEFAULT_TAU)
+    p.add_argument("--set", default="qa_fresh_heldout.json",
+                   help="file of benchmarks/data holding the four sets")
     args = p.parse_args()
-    data = json.loads((DATA / "qa_fresh_heldout.json").read_text("utf-8"))
+    data = json.loads((DATA / args.set).read_text("utf-8"))
     embedder = load_embedder(None)
     meetings = {m.id: m for m in iter_meetings(args.qmsum, "train")}
     loco = {s["sample_id"]: [q["question"] for q in s["qa"] if q.get("category") != 5]
@@ -63,21 +70,25 @@ def main() -> None:
     for scope, qs in scoped.items():
         for q in qs:
             bank.add(q, f"answer to: {q}", scope=scope, embedding=vec[q])
-    cases: dict[str, list[tuple[QABank, str | None, str, str | None]]] = {s: [] for s in SETS}
+    cases: dict[str, list[tuple[QABank, str | None, str, str | None, str]]] = {
+        s: [] for s in SETS}
     for name in ("qmsum_negatives", "locomo_negatives"):
         for row in data[name]:
             single = QABank(None, embedder, byte_limit=None)
             single.add(row["stored"], "stored answer", embedding=vec[row["stored"]])
-            cases[name].append((single, None, row["probe"], None))
+            cases[name].append((single, None, row["probe"], None, row.get("kind", "")))
     for name, key in (("qmsum_paraphrases", "meeting"), ("locomo_paraphrases", "sample")):
         for row in data[name]:
-            cases[name].append((bank, f"answer to: {row['query']}", row["paraphrase"], row[key]))
+            cases[name].append((bank, f"answer to: {row['query']}", row["paraphrase"], row[key],
+                                ""))
     table: dict[str, dict[str, Counter[str]]] = {}
+    kinds: dict[str, Counter[str]] = {}
     for setting, meaning in SETTINGS.items():
         table[setting] = {}
+        kinds[setting] = Counter()
         for name, rows in cases.items():
             c: Counter[str] = Counter()
-            for b, expected, probe, scope in rows:
+            for b, expected, probe, scope, kind in rows:
                 r = b.lookup(probe, tau=args.tau, scope=scope, meaning=meaning,
                              embedding=vec[probe])
                 served = None if r.match is None else r.match.entry.answer
@@ -85,6 +96,9 @@ def main() -> None:
                 c["reached"] += int(r.best is not None and r.best.similarity >= args.tau)
                 if expected is None:
                     c["false"] += served is not None
+                    if kind:
+                        kinds[setting][f"{name}/{kind}"] += served is not None
+                        kinds[setting][f"{name}/{kind}/n"] += 1
                 else:
                     c["hit"] += served == expected
                     c["wrong"] += served is not None and served != expected
@@ -99,6 +113,14 @@ def main() -> None:
                  else f"{row[s]['hit']} ({row[s]['hit'] / row[s]['n']:.0%}) ({row[s]['wrong']})"
                  for s in SETS]
         print(f"| {setting} | " + " | ".join(cells) + " |")
+    names = sorted({k[:-2] for k in kinds["defaults"] if k.endswith("/n")})
+    if names:
+        print("\nnegatives served per kind\n")
+        print("| setting | " + " | ".join(f"{k} (n={kinds['defaults'][k + '/n']})"
+                                         for k in names) + " |")
+        print("|---|" + "---|" * len(names))
+        for setting, row in kinds.items():
+            print(f"| {setting} | " + " | ".join(str(row[k]) for k in names) + " |")
 
 
 if __name__ == "__main__":

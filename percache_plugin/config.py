@@ -194,6 +194,8 @@ class Config:
         "QA-bank meaning guards that must pass before a stored answer is served for another "
         "question: 'polarity' (negated or not), 'antonym' (a word swapped for its opposite), "
         "'qtype' (another kind of answer asked for), 'object' (another event or object), "
+        "'roles' (two names trading places: 'did Evan share with Sam' / 'did Sam share with "
+        "Evan'), "
         "'residue' (off by default: the words the two questions do not share must mean the "
         "same, the more so the less alike the questions are; one embedder call per lookup "
         "whose candidates reach tau and pass the other guards; fewer false hits and fewer "

@@ -24,10 +24,11 @@ failure is the rejection reason):
     ...?" 0.94; "What did David say about the tax return yesterday?" vs "... this
     morning?" above 0.86), and neither scope nor retrieval tells them apart; this guard
     does. It cannot see names typed in lower case.
-``polarity``, ``antonym``, ``qtype``, ``object``
+``polarity``, ``antonym``, ``qtype``, ``object``, ``roles``
     (each on unless left out of ``meaning``) the two questions ask the same thing, not its
-    opposite or another attribute of the same person and thing: see
-    :mod:`percache_plugin.rag.meaning`.
+    opposite, another attribute of the same person and thing, or the same thing with two
+    names trading places: see :mod:`percache_plugin.rag.meaning` and
+    :mod:`percache_plugin.rag.roles`.
 ``fresh`` (rejection reason ``stale``)
     the entry is not stale (new chunks changed its retrieval since it was answered).
 ``answered`` (rejection reason ``no_answer``)

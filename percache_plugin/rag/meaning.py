@@ -24,6 +24,9 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
     the two questions are the same sentence but for one or two content words on each side,
     in a noun's slot (after an article or possessive, or before a shared content word): a
     swap of the event or object ("the budget meeting" / "the design meeting").
+``roles``
+    two names trade their grammatical slots ("did Evan share with Sam" / "did Sam share with
+    Evan"), or a "who" turns from subject to object: see :mod:`percache_plugin.rag.roles`.
 ``residue`` (off by default)
     the content words one question has and the other lacks must mean the same (an embedding
     check, see :mod:`percache_plugin.rag.residue`; run by the QA bank, not here).
@@ -49,13 +52,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from percache_plugin.rag.antonyms import ANTONYM_PAIRS
+from percache_plugin.rag.roles import question_roles, roles_swapped
 
 __all__ = ["DEFAULT_MEANING_GUARDS", "FUNCTION_STEMS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "question_shape", "stem"]
 
 MEANING_GUARDS: Final = (
-    "polarity", "antonym", "qtype", "object", "residue", "align", "combined", "words",
+    "polarity", "antonym", "qtype", "object", "roles", "residue", "align", "combined", "words",
 )
-DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object"))
+DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object", "roles"))
 WORDS_MIN_JACCARD: Final = 0.25
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _NEGATIONS = frozenset("not never no nothing nobody none neither nor without cannot".split())
@@ -142,13 +146,15 @@ _PREFIXES = ("un", "dis", "in", "im", "non", "ir", "il")
 class QuestionShape:
     """``negated``: an odd number of negations; ``kind``: the question type; ``words``: the
     stems in order (function words included, for the object swap); ``content``: the content
-    stems; ``surface``: the words as written, one per stem of ``words``."""
+    stems; ``surface``: the words as written, one per stem of ``words``; ``roles``: each name's
+    grammatical slot (:func:`~percache_plugin.rag.roles.question_roles`)."""
 
     negated: bool
     kind: str
     words: tuple[str, ...]
     content: frozenset[str]
     surface: tuple[str, ...] = ()
+    roles: tuple[tuple[str, str], ...] = ()
 
 
 def question_kind(text: str) -> str:
@@ -171,7 +177,9 @@ def question_shape(question: str) -> QuestionShape:
     surface = tuple(t.split("'")[0] for t in tokens if t not in _NEGATIONS)
     words = tuple(stem(t) for t in surface)
     content = frozenset(w for w in words if w not in _FUNCTION_STEMS)
-    return QuestionShape(negations % 2 == 1, question_kind(question), words, content, surface)
+    roles = tuple(sorted(question_roles(question).items()))
+    return QuestionShape(negations % 2 == 1, question_kind(question), words, content, surface,
+                         roles)
 
 
 _FUNCTION_STEMS: Final = frozenset(stem(w) for w in _FUNCTION)
@@ -236,6 +244,8 @@ def meaning_checks(a: QuestionShape, b: QuestionShape,
         out["qtype"] = a.kind == b.kind or pair in _COMPATIBLE
     if "object" in enabled:
         out["object"] = not _swapped(a, b)
+    if "roles" in enabled:
+        out["roles"] = not roles_swapped(dict(a.roles), dict(b.roles))
     if "words" in enabled:
         x, y = {w[:5] for w in a.content}, {w[:5] for w in b.content}
         out["words"] = not (x | y) or len(x & y) / len(x | y) >= WORDS_MIN_JACCARD

@@ -22,7 +22,7 @@ def _handle(**overrides: object) -> percache.PerCache:
 
 
 def test_meaning_guards_are_on_by_default_and_refuse_the_opposite() -> None:
-    assert Config().meaning_guards == ("polarity", "antonym", "qtype", "object")
+    assert Config().meaning_guards == ("polarity", "antonym", "qtype", "object", "roles")
     pc = _handle()
     answer = pc.ask(ASKED, max_new_tokens=2)
     assert answer.source != "qa_bank"
