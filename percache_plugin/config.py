@@ -134,6 +134,19 @@ class Config:
         "'shifted' also reuses chunks at new positions (RoPE phase shift, approximate).",
         "exact",
     )
+    kv_warm: bool = _help(
+        "Store each new document chunk's K/V once in idle time (task kind 'warm', most "
+        "central chunks first), right after the system prompt, so later prompts reuse the "
+        "first retrieved chunk exactly and, with reuse='shifted', the others shifted. Its "
+        "compute is counted in the background stats; needs use_kv. Off by default (percache "
+        "bench e2e turns it on for percache; docs/BENCHMARKS.md, 'End to end').",
+        False,
+    )
+    kv_warm_max_share: float = _help(
+        "Warming stops once the K/V store holds this share of kv_byte_limit, leaving the rest "
+        "to what requests store (warming never evicts).",
+        0.5,
+    )
     recompute: str = _help(
         "Which positions of shifted chunks to compute again: 'none', 'all', 'head:k', 'tail:k' "
         "(k tokens per chunk, or a fraction below 1) or 'deviation:r' (the fraction r with the "
@@ -454,6 +467,9 @@ class Config:
             raise ConfigError("chunk_separator must be a string")
         if self.predict not in ("off", "knowledge", "history", "both"):
             raise ConfigError(f"predict must be 'off', 'knowledge', 'history' or 'both', got {self.predict!r}")
+        if isinstance(self.kv_warm_max_share, bool) or not isinstance(self.kv_warm_max_share, (int, float)) \
+                or not 0 < self.kv_warm_max_share <= 1:
+            raise ConfigError(f"kv_warm_max_share must be in (0, 1], got {self.kv_warm_max_share!r}")
         if self.population_cutoff < 0 or self.population_cutoff > 1:
             raise ConfigError(f"population_cutoff must be in [0, 1], got {self.population_cutoff!r}")
         if self.prediction_quiet_s < 0:

@@ -14,9 +14,9 @@ from .sqlite_tx import Schema, connect
 __all__ = ["IdleTask", "IdleQueue", "IdleReport", "TaskKind", "TASK_KINDS"]
 
 TaskKind = Literal["answer", "refresh", "abstract", "predict_knowledge", "predict_history",
-                   "populate", "decode", "reprefill"]
+                   "populate", "decode", "reprefill", "warm"]
 TASK_KINDS: tuple[str, ...] = ("answer", "refresh", "abstract", "predict_knowledge",
-                               "predict_history", "populate", "decode", "reprefill")
+                               "predict_history", "populate", "decode", "reprefill", "warm")
 _SCHEMA = Schema("idle", 1, """
 CREATE TABLE IF NOT EXISTS idle_tasks (
     id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, question TEXT NOT NULL,

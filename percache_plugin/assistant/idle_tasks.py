@@ -1,5 +1,5 @@
 """The idle task kinds built in: what each task does (abstract, predict, populate, decode,
-re-prefill, answer) and what it cost. Each runner receives the assistant's
+re-prefill, answer, warm) and what it cost. Each runner receives the assistant's
 :class:`~percache_plugin.assistant.idle_context.IdleContext`; :class:`BuiltinIdleTasks`
 registers them (a plugin: registering a kind again replaces it)."""
 
@@ -23,6 +23,7 @@ from ..stats import GenerationStats
 from .ask import segments_for
 from .disputes import contradicts
 from .scheduler import CHUNK_TASK, TaskCost, population_mode, spread
+from .warm import WARM_KIND, warm_chunk
 
 if TYPE_CHECKING:
     from .idle_context import IdleContext
@@ -183,12 +184,16 @@ def _answer(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
         report.disputed += c.dispute(served[0])
 
 
+def _warm(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
+    _account(c, report, WARM_KIND, warm_chunk(c, task, report))
+
+
 TaskRunner = Callable[["IdleContext", IdleTask, IdleReport], None]
 
 BUILTIN_TASKS: dict[str, TaskRunner] = {
     "answer": _answer, "refresh": _answer, "abstract": _abstract,
     "predict_knowledge": _predict, "predict_history": _predict,
-    "populate": _populate, "decode": _decode, "reprefill": _reprefill,
+    "populate": _populate, "decode": _decode, "reprefill": _reprefill, WARM_KIND: _warm,
 }
 
 

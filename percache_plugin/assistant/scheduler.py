@@ -16,6 +16,7 @@ from ..core.preemption import Preempted
 from ..idle import IdleReport, IdleTask
 from ..rag.qa_types import ALL_SCOPES
 from .ask import segments_for
+from .warm import queue_warm
 
 if TYPE_CHECKING:
     from ..hooks.contexts import AssistantContext
@@ -88,13 +89,15 @@ def queue_knowledge_predictions(a: Assistant, scope: str | None, chunk_ids: list
 
 
 def after_documents(a: Assistant, scope: str | None, chunk_ids: list[str]) -> None:
-    """New chunks: predict questions about them, then update the scope's abstract, after the
-    quiet period (an explicit ``idle()`` does not wait for it)."""
+    """New chunks: predict questions about them, then update the scope's abstract, then store
+    their K/V (``Config.kv_warm``), after the quiet period (an explicit ``idle()`` does not wait
+    for it)."""
     if a.config.predict in ("knowledge", "both") and chunk_ids:
         a.prediction_state.add_pending(scope, chunk_ids)
         quiet = a.config.prediction_quiet_s
         queue_knowledge_predictions(a, scope, chunk_ids, delay_s=quiet)
         a.idle_queue.push("abstract", "", scope, delay_s=quiet)
+    queue_warm(a, scope, chunk_ids, delay_s=a.config.prediction_quiet_s)
 
 
 def after_question(a: Assistant, query: str, scope: str | None) -> None:

@@ -62,10 +62,10 @@ def _m(name: str, label: str, description: str, *, predicts: bool, idle: bool,
 
 _NO_PREDICT = {"predict": "off"}
 _PLAIN = {"drafting": False}  # the baselines decode plainly: drafting is percache's own
-_RAG = {"use_kv": True, "reuse": "exact"}
+_RAG = {"use_kv": True, "reuse": "exact", "kv_warm": False}  # filled by requests (and predictions)
 _SLEEP = {"predict": "both", "population_cutoff": 1.0}
 _FULL = {"use_kv": True, "reuse": "shifted", "use_qa_bank": True, "predict": "both",
-         "drafting": True}
+         "drafting": True, "kv_warm": True}
 
 METHODS: tuple[Method, ...] = (
     _m("naive", "Naive", "no cache: every question retrieves and prefills its whole prompt",
@@ -83,7 +83,8 @@ METHODS: tuple[Method, ...] = (
        "exact K/V reuse plus predicted questions fully answered in idle time",
        predicts=True, idle=True, use_qa_bank=True, **_RAG, **_SLEEP, **_PLAIN),
     _m("percache", "percache",
-       "both banks, shifted K/V reuse, prediction, the population scheduler and verified drafts",
+       "both banks, shifted K/V reuse, prediction, the population scheduler, document K/V "
+       "warmed in idle time and verified drafts",
        predicts=True, idle=True, **_FULL),
     _m("percache-no-qa", "percache w/o QA bank", "percache without the QA bank",
        predicts=True, idle=True, **{**_FULL, "use_qa_bank": False}),
@@ -106,7 +107,7 @@ REFERENCE_METHOD = "naive"
 """The method whose answers the others' ROUGE-L "vs naive" is measured against."""
 SWEEP_METHOD = "percache"
 
-OFF_VALUES: Mapping[str, Any] = MappingProxyType({"predict": "off", "drafting": False})
+OFF_VALUES: Mapping[str, Any] = MappingProxyType({"predict": "off", "drafting": False, "kv_warm": False})
 """Values that mean "feature off": when this engine's Config lacks the key, a method asking
 for exactly this value runs without it (the feature does not exist, so it is off)."""
 

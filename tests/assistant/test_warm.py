@@ -1,0 +1,94 @@
+"""Warming the K/V store with document chunks in idle time (``Config.kv_warm``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import percache_plugin as percache
+from percache_plugin.assistant.ask import segments_for
+from percache_plugin.assistant.warm import WARM_QUERY, likely_first
+from percache_plugin.rag.chunking import Chunk
+from tests.helpers import tiny_pair
+
+DOCS = [
+    "Ana: the choir rehearsal moved to Friday at 6 pm in the small hall.",
+    "Ben: the budget review is on Monday; travel costs are over plan.",
+    "Carl: I borrowed the projector and will return it on Saturday.",
+]
+
+
+def _pc(**config: Any) -> percache.PerCache:
+    model, tok = tiny_pair("llama")
+    config = {"embedder": "hash", "predict": "off", "answer_grounding": False, "use_kv": True,
+              "reuse": "shifted", "kv_warm": True, **config}
+    pc = percache.enable(model, tok, **config)
+    pc.add_documents(DOCS, scope="u")
+    return pc
+
+
+def _chunk_ids(pc: percache.PerCache) -> list[str]:
+    return pc.knowledge.chunk_ids()
+
+
+def _warm_segments(pc: percache.PerCache, cid: str) -> list[Any]:
+    return segments_for(pc.config.system_prompt, WARM_QUERY, [pc.knowledge.chunk(cid)])
+
+
+def test_new_documents_queue_one_warm_task_per_chunk() -> None:
+    pc = _pc()
+    ids = _chunk_ids(pc)
+    assert sorted(t.question for t in pc.idle_queue.pending() if t.kind == "warm") == sorted(ids)
+    report = pc.idle()
+    assert report.by_kind == {"warm": len(ids)}
+    assert all(pc.kv_cached(_warm_segments(pc, cid)) for cid in ids)
+    cost = pc.background_stats.by_kind["warm"]
+    assert cost.tasks == len(ids) and cost.prefill_tokens == report.prefill_tokens > 0
+
+
+def test_warmed_chunks_serve_a_later_question() -> None:
+    cold, warm = _pc(kv_warm=False), _pc()
+    assert not [t for t in cold.idle_queue.pending() if t.kind == "warm"]
+    warm.idle()
+    q = "When is the choir rehearsal and who has the projector?"
+    a_cold = cold.ask(q, scope="u", max_new_tokens=2)
+    a_warm = warm.ask(q, scope="u", max_new_tokens=2)
+    assert a_cold.sources == a_warm.sources and len(a_warm.sources) >= 2
+    assert a_cold.stats is not None and a_warm.stats is not None
+    assert a_cold.stats.tokens_reused == 0 and a_cold.stats.tokens_shifted == 0
+    assert a_warm.stats.tokens_reused > 0  # the first chunk, stored after the system prompt
+    assert a_warm.stats.tokens_shifted > 0  # the others, found by their tokens
+    assert a_warm.stats.approximate  # shifted reuse is reported as inexact
+    assert a_warm.stats.tokens_computed < a_cold.stats.tokens_computed
+
+
+def test_exact_reuse_only_serves_the_first_chunk_exactly() -> None:
+    pc = _pc(reuse="exact")
+    pc.idle()
+    a = pc.ask("When is the choir rehearsal and who has the projector?", scope="u", max_new_tokens=2)
+    assert a.stats is not None and a.stats.tokens_reused > 0
+    assert a.stats.tokens_shifted == 0 and not a.stats.approximate
+
+
+def test_warming_stops_at_its_share_of_the_byte_limit() -> None:
+    pc = _pc(kv_byte_limit=10**9, kv_warm_max_share=1e-9)
+    report = pc.idle()
+    assert report.by_kind.get("warm", 0) == len(_chunk_ids(pc))  # the tasks ran and left the queue
+    # the first finds the store empty and stores its chunk; the others find it over the share
+    assert report.by_kind["warm_skipped"] == len(_chunk_ids(pc)) - 1
+    assert len(pc.store.nodes()) == 2  # the system prompt and one chunk
+
+
+def test_no_warming_without_kv() -> None:
+    pc = _pc(use_kv=False)
+    assert not [t for t in pc.idle_queue.pending() if t.kind == "warm"]
+
+
+def test_likely_first_orders_by_centrality() -> None:
+    chunks = [Chunk(id=f"c{i}", doc_id="d", index=i, text="x", scope=None) for i in range(4)]
+    vectors = {"c0": np.array([0.0, 1.0]), "c1": np.array([1.0, 0.0]), "c2": np.array([1.0, 0.1])}
+    # the mean of the unit vectors is nearest c2 (between the two others), then c1, then c0;
+    # c3 (no vector) last
+    assert likely_first(chunks, vectors) == ["c2", "c1", "c0", "c3"]
+    assert likely_first(chunks, {}) == ["c0", "c1", "c2", "c3"]
