@@ -292,19 +292,19 @@ class Engine:
                 else block_prompt(ids, self.config.prefix_block_tokens, self.fingerprint)
         return self.generate(blocks, **generate_kwargs)
 
-    def prefill(self, segments: Sequence[str | Segment] | Prompt) -> Prefilled:
+    def prefill(self, segments: Sequence[str | Segment] | Prompt, *, exact_only: bool = False) -> Prefilled:
         """Run only the reuse path: a cache holding every prompt position but the last.
 
-        Feed ``prompt.input_ids[-1:]`` (plus any continuation) to the model with
-        ``past_key_values=result.cache`` to get next-token distributions, e.g. for
-        teacher-forced quality checks of approximate reuse. What was computed is stored."""
+        Feed ``prompt.input_ids[-1:]`` (plus any continuation) to the model with ``past_key_values=result.cache``
+        to get next-token distributions, e.g. for teacher-forced quality checks of approximate reuse. What
+        was computed is stored. ``exact_only``: no shifted reuse (what it computes is exact, in the tree)."""
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
-            return recompute_on_corrupt(lambda aborted: self._prefill(segments, t0, aborted))
+            return recompute_on_corrupt(lambda aborted: self._prefill(segments, t0, aborted, exact_only))
 
-    def _prefill(self, segments: Sequence[str | Segment] | Prompt, t0: float, aborted: int) -> Prefilled:
+    def _prefill(self, segments: Sequence[str | Segment] | Prompt, t0: float, aborted: int, exact_only: bool = False) -> Prefilled:
         stop = interrupt_check(self.preemption)
-        prompt, cache, served, stats, finish = self._prepare(segments, 1, t0, stop, aborted)
+        prompt, cache, served, stats, finish = self._prepare(segments, 1, t0, stop, aborted, exact_only)
         done = False
         try:
             prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop)
@@ -315,9 +315,9 @@ class Engine:
         return Prefilled(prompt, cache, stats)
 
     def _prepare(self, segments: Sequence[str | Segment] | Prompt, max_new: int, t0: float,
-                 stop: StopCheck | None = None, aborted: int = 0) -> tuple[Prompt, Any, int, GenerationStats, Finish]:
+                 stop: StopCheck | None = None, aborted: int = 0, exact_only: bool = False) -> tuple[Prompt, Any, int, GenerationStats, Finish]:
         """The prompt, its cache, the prompt positions it serves, the stats and a ``finish(cache,
-        generation, completed)`` (:func:`~percache_plugin.request.open_request`; ``stop``, ``aborted``: ditto)."""
+        generation, completed)`` (:func:`~percache_plugin.request.open_request`; ``stop``, ``aborted``, ``exact_only``: ditto)."""
         if self._closed:
             raise RuntimeError("this percache handle was closed; call enable() again")
         if self._enabled:
@@ -329,7 +329,7 @@ class Engine:
                     lambda cache, gen, completed: None)
         assert self._reuse is not None
         req = open_request(self.ctx, self._reuse, prompt, t0, self._totals, lambda: self._enabled,
-                           chunk=self.config.background_prefill_chunk, stop=stop, aborted=aborted)
+                           chunk=self.config.background_prefill_chunk, stop=stop, aborted=aborted, exact_only=exact_only)
         return prompt, req.cache, req.served, req.stats, req.finish
 
     # -- storing ------------------------------------------------------------------------

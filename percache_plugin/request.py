@@ -17,6 +17,7 @@ from .decode import context_limit
 from .decode.chunked import StopCheck
 from .kv.cache import empty_cache, wait_layers
 from .kv.layer_read import CorruptLayerError
+from .kv.planner import ReusePlan
 from .reuse import PlanError, ReuseRunner, store_computed
 from .segments import Prompt
 from .stats import Generation, GenerationStats, StatsTotals
@@ -112,7 +113,7 @@ def recompute_on_corrupt(attempt: Callable[[int], T], kwargs: dict[str, Any] | N
 
 def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: float,
                  totals: StatsTotals, enabled: Callable[[], bool], *, chunk: int | None = None,
-                 stop: StopCheck | None = None, aborted: int = 0) -> Opened:
+                 stop: StopCheck | None = None, aborted: int = 0, exact_only: bool = False) -> Opened:
     """Fire ``request_start``, plan (``percache_plan_reuse``), load exact and shifted K/V, and
     build the cache (a splice that cannot run falls back to a full prefill, said in
     ``stats.fallback``). ``request_end`` fires if this raises. ``enabled()`` is asked at finish
@@ -120,13 +121,16 @@ def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: fl
     request) run a splice's forward in chunks with ``stop`` checked between them
     (:meth:`ReuseRunner.splice <percache_plugin.reuse.ReuseRunner.splice>`). ``aborted``: an
     earlier attempt of this request was aborted by a corrupt layer (counted in
-    ``stats.corrupt_aborts``; the K/V is then read whole, checked before use)."""
+    ``stats.corrupt_aborts``; the K/V is then read whole, checked before use). ``exact_only``:
+    the plan's shifted pieces are dropped (computed instead, exactly)."""
     stats = GenerationStats(prompt_tokens=prompt.n_tokens, corrupt_aborts=aborted)
     store = ctx.store
     errors_before = store.write_errors
     ctx.hooks.request_start(ctx, prompt)
     try:
         plan = ctx.hooks.plan_reuse(ctx, prompt)
+        if exact_only and plan.shifted:
+            plan = ReusePlan(plan.exact, note=f"{plan.note}; shifted reuse off for this request")
         runner.prefetch(prompt, plan)
         exact = runner.load_exact(prompt, plan, stats, layered=not aborted)
         shifted = runner.load_shifted(prompt, plan, stats)

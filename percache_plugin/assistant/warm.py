@@ -66,7 +66,8 @@ def queue_warm(a: Assistant, scope: str | None, chunk_ids: list[str], *, delay_s
 
 def warm_chunk(c: IdleContext, task: IdleTask, report: IdleReport) -> GenerationStats | None:
     """Prefill ``[system, chunk, query]`` for the chunk named by the task, storing the chunk's
-    K/V after the system prompt (a chunk stored there already is served, not computed again).
+    K/V after the system prompt, exactly (a chunk stored there already is served, not computed
+    again; a copy stored elsewhere is not used).
     Returns the prefill's stats, or None when nothing ran: warming or K/V off, the chunk gone,
     or the store already holding ``kv_warm_max_share`` of its byte limit (counted in
     ``report.by_kind["warm_skipped"]``)."""
@@ -80,4 +81,6 @@ def warm_chunk(c: IdleContext, task: IdleTask, report: IdleReport) -> Generation
     if limit is not None and c.ctx.engine.store.total_bytes() >= config.kv_warm_max_share * limit:
         report.by_kind["warm_skipped"] = report.by_kind.get("warm_skipped", 0) + 1
         return None
-    return c.prefill(segments_for(config.system_prompt, WARM_QUERY, chunks)).stats
+    # exact_only: a copy of the chunk stored elsewhere (by a summary's or a prediction's
+    # prompt) would otherwise be reused shifted, and the approximate result not stored in the tree
+    return c.prefill(segments_for(config.system_prompt, WARM_QUERY, chunks), exact_only=True).stats

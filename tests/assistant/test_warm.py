@@ -92,3 +92,26 @@ def test_likely_first_orders_by_centrality() -> None:
     # c3 (no vector) last
     assert likely_first(chunks, vectors) == ["c2", "c1", "c0", "c3"]
     assert likely_first(chunks, {}) == ["c0", "c1", "c2", "c3"]
+
+
+def test_a_chunk_stored_after_another_is_warmed_exactly_after_the_system_prompt() -> None:
+    pc = _pc()
+    a = pc.ask("When is the choir rehearsal and who has the projector?", scope="u", max_new_tokens=2)
+    later = a.sources[1:]  # stored in the tree after the first source, not after the system prompt
+    assert later and not any(pc.kv_cached(_warm_segments(pc, cid)) for cid in later)
+    pc.idle()
+    # without exact_only the warm prefill would reuse the stored copy shifted and store nothing
+    assert all(pc.kv_cached(_warm_segments(pc, cid)) for cid in later)
+
+
+def test_exact_only_prefill_computes_what_shifted_reuse_would_serve() -> None:
+    pc = _pc()
+    a = pc.ask("When is the choir rehearsal and who has the projector?", scope="u", max_new_tokens=2)
+    segments = _warm_segments(pc, a.sources[1])
+    shifted = pc.engine.prefill(segments).stats
+    assert shifted.tokens_shifted > 0 and shifted.approximate
+    pc2 = _pc()
+    pc2.ask("When is the choir rehearsal and who has the projector?", scope="u", max_new_tokens=2)
+    exact = pc2.engine.prefill(segments, exact_only=True).stats
+    assert exact.tokens_shifted == 0 and exact.tokens_recomputed == 0 and not exact.approximate
+    assert exact.tokens_computed > shifted.tokens_computed
