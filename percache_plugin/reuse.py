@@ -3,6 +3,7 @@ concatenating an exact prefix or by splicing exact and shifted chunks with a par
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -49,6 +50,10 @@ class ReuseRunner:
         self._shifter = shifter
         self.active_splice: SpliceCache | None = None
         self._masks: dict[tuple[int | None, int], torch.Tensor] = {}
+        # a splice forward only fills the cache: no logits needed (the lm head over every
+        # computed position cost about a fifth of its FLOPs on SmolLM2)
+        self._no_logits: dict[str, Any] = (
+            {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {})
 
     # -- attention relay ----------------------------------------------------------------------
     def splice_mask(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor | None:
@@ -178,7 +183,7 @@ class ReuseRunner:
             self._masks.clear()
             try:
                 self._model(input_ids=ids[:, positions], position_ids=positions[None],
-                               past_key_values=cache, use_cache=True)
+                            past_key_values=cache, use_cache=True, **self._no_logits)
             except ProbeDone:
                 pass
             finally:
