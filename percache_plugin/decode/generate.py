@@ -12,6 +12,7 @@ from transformers import (
     LogitsProcessorList,
     StoppingCriteria,
     StoppingCriteriaList,
+    StopStringCriteria,
 )
 
 from ..segments import Prompt
@@ -92,6 +93,23 @@ def greedy_reason(model: Any, kwargs: dict[str, Any]) -> str:
     return ""
 
 
+def _setting(model: Any, kwargs: dict[str, Any], name: str) -> Any:
+    """Generation setting ``name`` of a call with ``kwargs``: the call's, else its config's."""
+    return kwargs.get(name, getattr(kwargs.get("generation_config") or model.generation_config, name, None))
+
+
+def _own_stop_strings(model: Any, tokenizer: Any, kwargs: dict[str, Any],
+                      criteria: StoppingCriteriaList) -> dict[str, Any]:
+    """``kwargs`` for a drafted ``generate``, its stop strings (the call's or the generation
+    config's) turned into a criterion in ``criteria``: ``generate`` hands a callable
+    ``custom_generate`` no tokenizer, so its own stop-string check would refuse to run."""
+    stops = _setting(model, kwargs, "stop_strings")
+    if not stops:
+        return kwargs
+    criteria.append(StopStringCriteria(kwargs.get("tokenizer") or tokenizer, stops))
+    return {**{k: v for k, v in kwargs.items() if k != "tokenizer"}, "stop_strings": None}
+
+
 def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served: int,
                  stats: GenerationStats, kwargs: dict[str, Any], t0: float,
                  preempt: threading.Event | None, deadline: float | None = None,
@@ -107,6 +125,11 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
         # at every position): reusing it for such a call would silently change the output.
         raise ValueError("token_type_ids cannot be honoured: percache reuses K/V computed without "
                          "token types; call model.generate directly for such prompts")
+    if _setting(model, kwargs, "token_healing"):
+        # Healing rewrites the prompt's last tokens inside generate(), after their K/V was
+        # computed or reused here: the cache would no longer match the ids.
+        raise ValueError("token_healing cannot be honoured: it rewrites the prompt's last tokens after "
+                         "percache computed their K/V; call model.generate directly for such prompts")
     device = dtype_device(model)[1]
     stats.tokens_computed = prompt.n_tokens - served
     ids = torch.tensor([prompt.input_ids], device=device)
@@ -120,9 +143,11 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = tokenizer.eos_token_id
+    if _setting(model, kwargs, "stop_strings") and kwargs.get("tokenizer") is None:
+        kwargs = {**kwargs, "tokenizer": tokenizer}  # the handle knows the model's tokenizer
     if drafting is not None:
         drafting.streamer = kwargs.get("streamer")
-        kwargs = {**kwargs, "custom_generate": drafting}
+        kwargs = {**_own_stop_strings(model, tokenizer, kwargs, criteria), "custom_generate": drafting}
     if kwargs.get("use_cache", True) is False:
         raise ValueError("use_cache=False cannot be honoured: percache generates over its own K/V cache")
     # Explicit: generate() otherwise takes use_cache from the model's config (False on MPT) and

@@ -72,3 +72,28 @@ def test_a_streamer_gets_every_token_with_drafting_as_without() -> None:
             assert [t for p in rec.puts[1:] for t in p] == g.token_ids
             seen[drafting] = rec.puts
     assert seen[True][0] == seen[False][0]  # the prompt first, once
+
+
+@pytest.mark.parametrize("drafting", [False, True])
+def test_stop_strings_stop_with_drafting_as_without(drafting: bool) -> None:
+    # generate() hands a callable custom_generate no tokenizer: with drafting on, every call
+    # with stop_strings raised "could not locate a tokenizer", even with tokenizer= given.
+    model = build_family("llama")
+    tok = byte_tokenizer()
+    with percache.enable(model, tok, drafting=False) as pc:
+        free = pc.generate(SEGMENTS, max_new_tokens=12, do_sample=False)
+    stop = next(t for t in map(tok.decode, ([i] for i in free.token_ids[1:])) if t.isascii() and t.isprintable())
+    with percache.enable(model, tok, drafting=drafting) as pc:
+        for extra in ({"tokenizer": tok}, {}):  # without tokenizer=: the handle's own
+            g = pc.generate(SEGMENTS, max_new_tokens=12, do_sample=False, stop_strings=[stop], **extra)
+            assert g.stats.drafting == ("on" if drafting else "off")
+            assert g.text.endswith(stop) and len(g.token_ids) < len(free.token_ids)
+            assert g.token_ids == free.token_ids[:len(g.token_ids)]
+
+
+def test_token_healing_is_refused_whatever_the_drafting() -> None:
+    model = build_family("llama")
+    tok = byte_tokenizer()
+    with percache.enable(model, tok) as pc:
+        with pytest.raises(ValueError, match="token_healing"):
+            pc.generate(SEGMENTS, max_new_tokens=4, do_sample=False, token_healing=True, tokenizer=tok)
