@@ -7,7 +7,9 @@ template is split at sentinel strings so its glue text is attached to the segmen
 
 from __future__ import annotations
 
+import array
 import hashlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -113,8 +115,23 @@ def node_key(fingerprint: str, parent: str | None, token_ids: Sequence[int]) -> 
     h.update(fingerprint.encode())
     h.update((parent or "root").encode())
     h.update(len(token_ids).to_bytes(4, "little"))
-    h.update(b"".join(int(t).to_bytes(4, "little") for t in token_ids))
+    h.update(_uint32_le(token_ids))
     return h.hexdigest()
+
+
+def _uint32_le(token_ids: Sequence[int]) -> bytes:
+    """The ids as unsigned 32-bit little-endian bytes, in one pass (a per-token ``to_bytes``
+    took ~2 ms on a 2,000-token prompt, paid by every request); an id outside [0, 2**32)
+    raises OverflowError as ``int(t).to_bytes(4, "little")`` does."""
+    if array.array("I").itemsize != 4:  # no 32-bit C unsigned int here
+        return b"".join(int(t).to_bytes(4, "little") for t in token_ids)
+    try:
+        buf = array.array("I", token_ids)
+    except TypeError:  # ids that are not ints but convert to one (as int() accepts)
+        buf = array.array("I", [int(t) for t in token_ids])
+    if sys.byteorder == "big":
+        buf.byteswap()
+    return buf.tobytes()
 
 
 def _texts(segments: list[Segment], tokenizer: Any, use_template: bool, separator: str) -> list[str]:

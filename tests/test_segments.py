@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from percache_plugin.segments import Segment, build_prompt, node_key, normalize_segments
 from tests.tokenizer import byte_tokenizer
 
@@ -33,6 +35,26 @@ def test_keys_chain_through_the_prefix() -> None:
     assert a.pieces[0].key == b.pieces[0].key
     assert a.pieces[2].key != b.pieces[2].key  # same chunk, different prefix: a different node
     assert node_key("fp", None, [1, 2]) != node_key("other", None, [1, 2])
+
+
+def test_node_key_bytes_are_unchanged() -> None:
+    # Stored nodes are found by these keys: the one-pass id encoding must give the bytes of
+    # int(t).to_bytes(4, "little") per id, and refuse what that refuses.
+    import hashlib
+
+    import numpy as np
+
+    ids = [0, 1, 255, 256, 49151, 2**31, 2**32 - 1]
+    h = hashlib.blake2b(digest_size=16)
+    h.update(b"fp")
+    h.update(b"parent")
+    h.update(len(ids).to_bytes(4, "little"))
+    h.update(b"".join(t.to_bytes(4, "little") for t in ids))
+    assert node_key("fp", "parent", ids) == h.hexdigest()
+    assert node_key("fp", "parent", np.array(ids, dtype=np.int64)) == h.hexdigest()
+    for bad in (-1, 2**32):
+        with pytest.raises(OverflowError):
+            node_key("fp", None, [1, bad])
 
 
 def test_no_template_adds_bos_once() -> None:
