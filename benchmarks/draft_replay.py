@@ -10,7 +10,7 @@ plain forwards over the summed cost of its drafted forwards. Answers are replaye
 benchmark's order, so the schedule's history across answers builds up as it would (one history
 per meeting, as the benchmark uses one handle per meeting).
 
-    python benchmarks/draft_replay.py TRACE.json [--cost vc.json [--setup packed]] [--margin 1.0] [--prior 1 1]
+    python benchmarks/draft_replay.py TRACE.json [--cost vc.json [--setup packed]] [--margin 1.0] [--prior 1 1] [--tree]
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from percache_plugin.decode.verify import DraftedDecoding
 
 
 class _Cache:
+    layers: list[Any] = []  # no K/V to move when a token tree's walked path is kept
+
     def __init__(self, n: int) -> None:
         self.n = n
 
@@ -51,13 +53,15 @@ class _Oracle:
         self.full, self.vocab, self.fed = full, vocab, []
 
     def forward(self, input_ids: torch.Tensor, past_key_values: _Cache, use_cache: bool = True,
-                logits_to_keep: int = 0, position_ids: Any = None) -> Any:
+                logits_to_keep: int = 0, position_ids: Any = None, attention_mask: Any = None) -> Any:
         n, start = input_ids.shape[1], past_key_values.n
         past_key_values.n += n
         self.fed.append(n - 1)
         logits = torch.zeros(1, n, self.vocab)
         for j in range(n):
-            nxt = start + j + 1
+            # a token tree's node sits at the position of its depth: the answer's token after it
+            # (only nodes on the walked path, whose tokens are the answer's, are ever read)
+            nxt = int(position_ids[0, j]) + 1 if position_ids is not None else start + j + 1
             logits[0, j, self.full[nxt] if nxt < len(self.full) else 0] = 1.0
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
@@ -65,7 +69,7 @@ class _Oracle:
 
 
 def replay(row: dict[str, Any], schedule: DraftSchedule, only: Any, new_tokens: int, eos: set[int],
-           **index: Any) -> list[int]:
+           tree: bool = False, **index: Any) -> list[int]:
     """Draft tokens fed per forward when decoding ``row`` with ``schedule``. As in the benchmark,
     decoding stops at ``new_tokens`` or at an eos token, so a draft near the end may run past the
     answer's last token (those tokens are fed, and counted as drafted, but never kept)."""
@@ -76,6 +80,7 @@ def replay(row: dict[str, Any], schedule: DraftSchedule, only: Any, new_tokens: 
     full = prompt + plain
     model = _Oracle(full, max([*full, *eos]) + 2)
     dec = DraftedDecoding.from_sources(sources, prompt, only, schedule, **index)
+    dec.tree = tree
     criteria: list[Any] = [MaxLengthCriteria(len(prompt) + max(new_tokens, len(plain)))]
     if eos:
         criteria.append(EosTokenCriteria(sorted(eos)))
@@ -98,6 +103,7 @@ def main() -> None:
     p.add_argument("--max-length", type=int, default=16)
     p.add_argument("--min-ngram", type=int, default=MIN_NGRAM, help="shortest n-gram matched")
     p.add_argument("--max-ngram", type=int, default=MAX_NGRAM, help="longest n-gram matched")
+    p.add_argument("--tree", action="store_true", help="verify token trees (Config.draft_tree)")
     p.add_argument("--rows", action="store_true", help="print every answer")
     p.add_argument("--kinds", action="store_true",
                    help="print the acceptance by draft kind (every draft verified: cost 1.0 for the choice)")
@@ -121,7 +127,7 @@ def main() -> None:
         sched = DraftSchedule(cost=choose, history=hist, max_length=args.max_length,
                               prior_accepted=args.prior[0], prior_rejected=args.prior[1], margin=args.margin)
         fed = replay(row, sched, None if args.only is None else tuple(args.only.split(",")), new_tokens, eos,
-                     min_ngram=args.min_ngram, max_ngram=args.max_ngram)
+                     args.tree, min_ngram=args.min_ngram, max_ngram=args.max_ngram)
         spent = sum(cost(k) for k in fed)
         plain = len(row["trace"]["plain"])
         speed.append(plain / spent)

@@ -9,7 +9,9 @@ Three set-ups, interleaved too (``--setups`` picks): ``model`` (the model's own 
 linear kernels, percache off), ``gqa`` (percache enabled: its sdpa keeps grouped key/value heads
 ungrouped, ``attention/gqa.py``) and ``packed`` (that, and the linear layers over oneDNN-packed
 weights, ``decode/packed.py``, for ``k >= 1``: what drafted decoding runs with by default; its
-``k = 0`` forward is the model's kernels, as in the loop).
+``k = 0`` forward is the model's kernels, as in the loop). ``tree`` is ``packed`` feeding the
+``k`` draft tokens as a token tree (``decode/tree.py``: two branches below the pending token,
+an explicit 4D mask and depth positions) instead of one chain: what a tree forward costs.
 
     python benchmarks/verify_cost.py [--cached 1500] [--max-k 16] [--repeats 15] [--threads 1]
 
@@ -35,7 +37,18 @@ import percache_plugin as percache
 from percache_plugin.bench.common import DEFAULT_QMSUM
 from percache_plugin.bundled import load_smollm2
 from percache_plugin.decode import PackedLinears
+from percache_plugin.decode.tree import TokenTree, tree_mask, tree_positions
 from percache_plugin.rag.qmsum import iter_meetings, meeting_text
+
+
+def _tree_inputs(k: int, past: int) -> dict[str, Any]:
+    """Mask and positions feeding ``k`` draft tokens as two branches below the pending token."""
+    half = (k + 1) // 2
+    parents = [-1 if i in (0, half) else i - 1 for i in range(k)]
+    depths = [i + 1 if i < half else i - half + 1 for i in range(k)]
+    tree = TokenTree(tokens=[0] * k, parents=parents, depths=depths)
+    return {"attention_mask": tree_mask(tree, past, torch.float32, torch.device("cpu")),
+            "position_ids": tree_positions(tree, torch.tensor([[past]]))}
 
 
 def main() -> None:
@@ -46,17 +59,17 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--setups", default="model,gqa,packed", help="comma-separated: model, gqa, packed")
+    p.add_argument("--setups", default="model,gqa,packed", help="comma-separated: model, gqa, packed, tree")
     args = p.parse_args()
     setups = args.setups.split(",")
-    if not setups or set(setups) - {"model", "gqa", "packed"}:
-        p.error(f"--setups: model, gqa and/or packed, got {args.setups!r}")
+    if not setups or set(setups) - {"model", "gqa", "packed", "tree"}:
+        p.error(f"--setups: model, gqa, packed and/or tree, got {args.setups!r}")
     torch.set_num_threads(args.threads)
     model, tok = load_smollm2()
     pc = percache.enable(model, tok)
     packed = PackedLinears(model)
     contexts: dict[str, Callable[[], Any]] = {
-        "model": pc.disabled, "gqa": contextlib.nullcontext, "packed": packed.active}
+        "model": pc.disabled, "gqa": contextlib.nullcontext, "packed": packed.active, "tree": packed.active}
     text = meeting_text(next(iter(iter_meetings(args.data))))
     ids = tok(text, add_special_tokens=False)["input_ids"][:args.cached + args.max_k + 1]
     cache = DynamicCache()
@@ -68,9 +81,10 @@ def main() -> None:
             for setup in (setups if r % 2 == 0 else setups[::-1]):
                 for k in (ks if r % 2 == 0 else ks[::-1]):
                     feed = torch.tensor([ids[args.cached:args.cached + k + 1]])
-                    with contexts["gqa" if setup == "packed" and k == 0 else setup]():
+                    extra = _tree_inputs(k, args.cached) if setup == "tree" and k >= 2 else {}
+                    with contexts["gqa" if setup in ("packed", "tree") and k == 0 else setup]():
                         t0 = time.perf_counter()
-                        model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=k + 1)
+                        model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=k + 1, **extra)
                         dt = time.perf_counter() - t0
                     cache.crop(-(k + 1))
                     if r >= 2:

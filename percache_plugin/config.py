@@ -374,6 +374,15 @@ class Config:
         "False: the model's own kernels.",
         True,
     )
+    draft_tree: bool = _help(
+        "After an answer's first token, a verify forward may feed several candidate drafts at "
+        "once as a token tree (decode/tree.py: shared prefixes merged, each node attending to "
+        "its own path only, the walked path's K/V kept), sized by the verify cost curve. The "
+        "tokens are still those of plain greedy decoding (to float rounding). Used only for "
+        "models without sliding-window attention, with a plain DynamicCache and no extra mask "
+        "function (stats.draft_tree_forwards counts such forwards). False: one draft per forward.",
+        False,
+    )
     memory_recall: bool = _help(
         "Before each chat turn, recall the facts of pc.memory (scope: chat's memory_scope) most "
         "similar to the message and put them before the message in the turn (docs/memory.md). "
@@ -548,7 +557,7 @@ class Config:
             raise ConfigError(f"prefix_block_tokens must be a positive int, got {block!r}")
 
     def _check_drafting(self) -> None:
-        for name in ("drafting", "draft_packed_linears"):
+        for name in ("drafting", "draft_packed_linears", "draft_tree"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.draft_sources is not None:

@@ -46,6 +46,7 @@ from .decode import (
     run_generate,
 )
 from .decode.chunked import StopCheck, interrupt_check, prefill_rest
+from .decode.tree import tree_usable
 from .fingerprint import ModelFingerprint
 from .hooks.contexts import EngineContext
 from .hooks.manager import Hooks, make_plugin_manager
@@ -270,9 +271,8 @@ class Engine:
         sources = self.hooks.draft_sources(self.ctx, prompt, hints or DraftHints())
         packed, cost = self._packing.where(self.config.draft_packed_linears), self.config.draft_verify_cost
         curve = VerifyCost(cost) if cost else SMOLLM2_CPU_COST_PACKED if packed else SMOLLM2_CPU_COST
-        schedule = DraftSchedule(cost=curve, history=self.draft_history)
-        drafting = DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources, schedule)
-        drafting.linears = packed  # packs at its first verify forward after a first token
+        drafting = DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources, DraftSchedule(cost=curve, history=self.draft_history))
+        drafting.linears, drafting.tree = packed, self.config.draft_tree and tree_usable(self.model, self._mask_function())  # packs at its first verify after a first token
         return drafting
 
     def pack_linears(self) -> int:

@@ -21,11 +21,12 @@ __all__ = ["Tally", "AcceptanceHistory", "draft_kind"]
 def draft_kind(draft: Draft) -> str:
     """``source/prefix`` for a draft by prefix of an earlier answer, else ``source/n`` with the
     match length ``n`` bucketed: 1, 2, 3, 4 (4 to 7 tokens) and 8 (8 or more). A single-token
-    match is its own kind: on real text it is right far less often than a longer one."""
+    match is its own kind: on real text it is right far less often than a longer one. A further
+    occurrence with another continuation (``Draft.rank`` > 0, token trees) adds ``+``."""
     if draft.by_prefix:
         return f"{draft.source}/prefix"
     m = draft.match
-    return f"{draft.source}/{8 if m >= 8 else 4 if m >= 4 else max(m, 1)}"
+    return f"{draft.source}/{8 if m >= 8 else 4 if m >= 4 else max(m, 1)}" + ("+" if draft.rank else "")
 
 
 @dataclass

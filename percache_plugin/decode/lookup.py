@@ -37,12 +37,16 @@ class Draft:
         extended backwards, at most :data:`MAX_MATCH`); for a draft by prefix of an earlier
         answer, the length of the generation so far.
     :ivar by_prefix: copied from an anchored source whose start equals the whole generation.
+    :ivar rank: 0 for the best occurrence of its source and n-gram; 1, 2, ... for further
+        occurrences continuing with other tokens (listed only for token trees, :mod:`.tree`),
+        best match first: their own draft kind, so their acceptance is learned apart.
     """
 
     tokens: tuple[int, ...]
     source: str
     match: int = 0
     by_prefix: bool = False
+    rank: int = 0
 
 
 def _ends(a: np.ndarray, gram: Sequence[int]) -> np.ndarray:
@@ -144,11 +148,14 @@ class DraftIndex:
             return found
         return None
 
-    def proposals(self, k: int) -> list[Draft]:
+    def proposals(self, k: int, alternatives: int = 1) -> list[Draft]:
         """Every candidate :meth:`propose` chooses among, best first: the anchored answer that
         continues the generation by prefix, then for each n-gram length (longest first) the
         best occurrence in each source. The schedule may verify a later one whose kind is
-        accepted more often (:meth:`~percache_plugin.decode.schedule.DraftSchedule.choose`)."""
+        accepted more often (:meth:`~percache_plugin.decode.schedule.DraftSchedule.choose`).
+        With ``alternatives`` > 1, up to that many occurrences per source and n-gram length
+        whose continuations start with different tokens (``Draft.rank`` 1, 2, ...: branches
+        of a token tree)."""
         if k <= 0:
             return []
         gen = self.generated
@@ -159,18 +166,20 @@ class DraftIndex:
                 cand = tuple(seq[len(gen):len(gen) + k])
                 if not out or len(cand) > len(out[0].tokens):
                     out[:1] = [Draft(cand, self._names[i], len(gen), True)]
-        for d in self._by_ngram(k, every=True):
+        for d in self._by_ngram(k, every=True, alternatives=alternatives):
             if d not in out:  # a shorter n-gram finds the longer one's occurrences again
                 out.append(d)
         return out
 
-    def _by_ngram(self, k: int, every: bool = False) -> Iterator[Draft]:
+    def _by_ngram(self, k: int, every: bool = False, alternatives: int = 1) -> Iterator[Draft]:
         """For the longest n-gram ending the context that occurs, its best occurrence; with
-        ``every``, for each n-gram length in turn, the best occurrence per source name."""
+        ``every``, for each n-gram length in turn, the best occurrence per source name (and up
+        to ``alternatives - 1`` more with other first tokens)."""
         ctx = self._context
         for n in range(min(self.max_ngram, len(ctx)), self.min_ngram - 1, -1):
             gram = ctx[len(ctx) - n:]
             found: dict[str, Draft] = {}
+            other: dict[str, dict[int, Draft]] = {}  # source -> first token -> best occurrence
             top: Draft | None = None
             for i in range(len(self._seqs) - 1, -1, -1):
                 seq = self._seqs[i]
@@ -186,7 +195,15 @@ class DraftIndex:
                         top = Draft(tuple(seq[end:end + k]), name, run)
                     if name not in found or run > found[name].match:
                         found[name] = Draft(tuple(seq[end:end + k]), name, run)
+                    if alternatives > 1:
+                        by_first = other.setdefault(name, {})
+                        if seq[end] not in by_first or run > by_first[seq[end]].match:
+                            by_first[seq[end]] = Draft(tuple(seq[end:end + k]), name, run)
             if top is not None and not every:
                 yield top
                 return
-            yield from sorted(found.values(), key=lambda d: -d.match)
+            for best in sorted(found.values(), key=lambda d: -d.match):
+                yield best
+                rest = [d for t, d in other.get(best.source, {}).items() if t != best.tokens[0]]
+                for rank, d in enumerate(sorted(rest, key=lambda d: -d.match)[:alternatives - 1], start=1):
+                    yield Draft(d.tokens, d.source, d.match, False, rank)

@@ -39,8 +39,10 @@ from .lookup import OUTPUT, Draft, DraftIndex
 from .packed import PackOnDemand
 from .schedule import DraftSchedule
 from .sources import DraftSource
+from .tree import TokenTree, keep_path, plan_tree, tree_cache_ok, tree_mask, tree_positions
 
-__all__ = ["DraftedDecoding", "DraftCounts", "FIRST_FORWARD_MATCH", "NEAR_TIE", "extend_positions"]
+__all__ = ["DraftedDecoding", "DraftCounts", "FIRST_FORWARD_MATCH", "NEAR_TIE", "TREE_ALTERNATIVES",
+           "extend_positions"]
 
 # Top-two score gap under which kernel rounding (measured up to ~1e-4) could flip an argmax, with margin.
 NEAR_TIE = 1e-3
@@ -49,6 +51,8 @@ NEAR_TIE = 1e-3
 # and such one-token drafts, rarely accepted, would lengthen every prefill (its time to the first
 # token) and change its float rounding against a plain prefill.
 FIRST_FORWARD_MATCH = 2
+# Occurrences per source and n-gram length whose continuations differ, offered to a token tree.
+TREE_ALTERNATIVES = 3
 
 
 def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
@@ -72,6 +76,7 @@ class DraftCounts:
     new_tokens: int = 0
     declined: int = 0  # drafts found but not verified: not expected to pay for the forward
     packed_calls: int = 0  # linear layers computed over oneDNN-packed weights (decode/packed.py)
+    tree_forwards: int = 0  # verify forwards that fed a tree of several branches (decode/tree.py)
     near_ties: int = 0  # tokens chosen in a verify forward whose top two scores were within NEAR_TIE
     forward_s: list[tuple[int, float]] = field(default_factory=list)  # (draft tokens fed, seconds) per forward
     drafted_by_source: dict[str, int] = field(default_factory=dict)
@@ -84,6 +89,18 @@ class DraftCounts:
         src = draft.source
         self.drafted_by_source[src] = self.drafted_by_source.get(src, 0) + proposed
         self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + accepted
+
+    def record_tree(self, tree: TokenTree, path: Sequence[int]) -> None:
+        """Every node of ``tree`` was verified; the nodes of ``path`` stood (each node counts for
+        the draft that created it)."""
+        self.drafted += len(tree)
+        self.accepted += len(path)
+        self.tree_forwards += not tree.is_chain
+        for owner in tree.owners:
+            self.drafted_by_source[owner.source] = self.drafted_by_source.get(owner.source, 0) + 1
+        for node in path:
+            src = tree.owners[node].source
+            self.accepted_by_source[src] = self.accepted_by_source.get(src, 0) + 1
 
 
 def _near_tie(scores: torch.Tensor) -> bool:
@@ -110,6 +127,11 @@ class DraftedDecoding:
         ``generate`` sends the prompt to its ``streamer`` but hands a callable
         ``custom_generate`` only the arguments that ``_sample`` lacks, so the caller's streamer
         is given here too (one passed to the call wins).
+    :ivar tree: verify a token tree of several candidates per forward (:mod:`.tree`) where the
+        cache allows it, after the first forward; the caller sets it only for models whose
+        masks a 4D mask may replace (:func:`~percache_plugin.decode.tree.tree_model_reason`).
+    :ivar alternatives: occurrences per source and n-gram length with differing continuations
+        offered to a tree (:meth:`~percache_plugin.decode.lookup.DraftIndex.proposals`).
     """
 
     def __init__(self, index: DraftIndex, schedule: DraftSchedule | None = None) -> None:
@@ -119,6 +141,8 @@ class DraftedDecoding:
         self.draft_in_prefill = True
         self.linears: PackOnDemand | None = None
         self.streamer: Any = None
+        self.tree = False
+        self.alternatives = TREE_ALTERNATIVES
 
     @classmethod
     def from_sources(cls, sources: Sequence[DraftSource], prompt: Sequence[int],
@@ -129,6 +153,22 @@ class DraftedDecoding:
         :class:`~percache_plugin.decode.lookup.DraftIndex` arguments (n-gram lengths)."""
         used = [s for s in sources if only is None or s.name in only]
         return cls(DraftIndex(used, prompt, from_output=only is None or OUTPUT in only, **index), schedule)
+
+    def _judge_tree(self, tree: TokenTree, chosen: Sequence[int], done: bool) -> None:
+        """Tell the schedule how each draft in ``tree`` fared against the tokens ``chosen`` in its
+        forward: its leading tokens equal to them stood; the first differing one is a rejection
+        (also where a sibling stood instead); tokens past a stop (``done``) were never judged."""
+        for d, n in tree.drafts.items():
+            acc = 0
+            while acc < n and acc < len(chosen) and d.tokens[acc] == chosen[acc]:
+                acc += 1
+            # all stood, or one was rejected; else the walk stopped (eos, limit) before judging more
+            self.schedule.update(d, n if acc == n or acc < len(chosen) else acc, acc)
+
+    def follow(self, tree: TokenTree, node: int, chosen: int) -> int:
+        """The tree node the walk goes on to below ``node`` (-1: the root) given the token greedy
+        decoding chose there: the child holding that token, or -1 (the walk ends)."""
+        return tree.child(node, chosen)
 
     def accept(self, draft: tuple[int, ...], chosen: int, i: int) -> bool:
         """Whether draft token ``i`` stands, given the token greedy decoding chose there."""
@@ -162,20 +202,35 @@ class DraftedDecoding:
             budget = min(self.schedule.max_length, room) if self.draft_in_prefill or raw else 0
             # every candidate (anchored answer, best occurrence per source and n-gram length):
             # the schedule verifies the one promising the most tokens per unit of cost, if any
-            found = self.index.proposals(budget) if budget > 0 else []
+            branches = self.alternatives if self.tree and raw else 1
+            found = self.index.proposals(budget, branches) if budget > 0 else []
             if not raw:  # first forward: a one-token match is too weak to lengthen the prefill
                 found = [d for d in found if d.by_prefix or d.match >= FIRST_FORWARD_MATCH]
-            draft, k = self.schedule.choose(found)
-            tokens = draft.tokens[:k] if draft is not None else ()
-            if found and draft is None:
+            past = cache.get_seq_length()
+            tree = None
+            if self.tree and raw and found and pending.shape[1] == 1 and tree_cache_ok(cache):
+                tree = plan_tree(found, self.schedule, self.schedule.max_length)
+                draft, tokens = None, tuple(tree.tokens) if tree is not None else ()
+            else:
+                draft, k = self.schedule.choose(found)
+                tokens = draft.tokens[:k] if draft is not None else ()
+            if found and not tokens:
                 c.declined += 1
             feed = pending if not tokens else torch.cat(
                 [pending, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
             extra: dict[str, Any] = {"logits_to_keep": len(tokens) + 1} if keep_arg else {}
-            if positions is not None:
-                past = cache.get_seq_length()
+            branched = tree is not None and not tree.is_chain
+            if positions is not None or branched:
+                if positions is None:
+                    positions = torch.arange(past + 1, device=ids.device)[None]
                 positions = extend_positions(positions, past + feed.shape[1])
-                extra["position_ids"] = positions[..., past:past + feed.shape[1]]
+                if branched:
+                    assert tree is not None
+                    extra["position_ids"] = tree_positions(tree, positions[..., past:past + 1])
+                    dtype = next(model.parameters()).dtype if hasattr(model, "parameters") else torch.float32
+                    extra["attention_mask"] = tree_mask(tree, past, dtype, ids.device)
+                else:
+                    extra["position_ids"] = positions[..., past:past + feed.shape[1]]
             # Packed weights only where draft tokens are fed after the first token: a one-token forward
             # is plain decoding's own, and the first forward must not wait for the packing.
             linears = self.linears if tokens and raw else None
@@ -188,13 +243,15 @@ class DraftedDecoding:
             c.forwards += 1
             logits = out.logits[0, -(len(tokens) + 1):].to(dtype=torch.float32)
             accepted = 0
+            node, path, chosen_now = -1, [], []
             for i in range(len(tokens) + 1):
-                step = logits[i:i + 1].clone()
+                step = logits[node + 1:node + 2].clone() if tree is not None else logits[i:i + 1].clone()
                 scores = logits_processor(ids, step)
                 chosen = int(torch.argmax(scores, dim=-1))
                 if tokens and _near_tie(scores):
                     c.near_ties += 1
                 ids = torch.cat([ids, ids.new_tensor([[chosen]])], dim=1)  # type: ignore[assignment]
+                chosen_now.append(chosen)
                 self.index.append(chosen)
                 raw.append(step)
                 scores_out.append(scores)
@@ -203,12 +260,22 @@ class DraftedDecoding:
                 if bool(stopping_criteria(ids, scores)[0]):
                     done = True
                     break
-                if i == len(tokens) or not self.accept(tokens, chosen, i):
+                if tree is not None:
+                    node = self.follow(tree, node, chosen)
+                    if node < 0:
+                        break
+                    path.append(node)
+                elif i == len(tokens) or not self.accept(tokens, chosen, i):
                     break
                 accepted += 1
             emitted = accepted + 1 if not done else i + 1
             c.new_tokens += emitted
-            if draft is not None:
+            if tree is not None:
+                c.record_tree(tree, path)
+                self._judge_tree(tree, chosen_now, done)
+                if branched:
+                    keep_path(cache, past, path)
+            elif draft is not None:
                 c.record(draft, len(tokens), accepted)
                 # A stop (eos, max_new_tokens) ends the draft without rejecting it: the tokens after
                 # the stop were fed but never judged, and must not count against the draft's kind.

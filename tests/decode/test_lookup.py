@@ -121,3 +121,17 @@ def test_proposals_hold_the_best_occurrence_per_source_and_ngram_length() -> Non
     assert [(d.source, d.match, d.tokens) for d in index.proposals(2)] == [
         ("session", 1, (6,)), ("prompt", 1, (5,))]  # the latest occurrence of each source
     assert index.proposals(0) == []
+
+
+def test_alternatives_add_occurrences_with_other_continuations_as_their_own_kind() -> None:
+    from percache_plugin.decode.acceptance import draft_kind
+
+    prompt = prompt_source([1, 3, 5, 6, 2, 3, 4, 8, 3, 5, 7, 3, 4, 9])
+    index = DraftIndex([prompt], [9, 2, 3], from_output=False)
+    one = [(d.match, d.tokens, d.rank) for d in index.proposals(2)]
+    assert one == [(2, (4, 8), 0)]  # (2, 3) once; the 1-gram (3) finds that occurrence again
+    got = [(d.match, d.tokens, d.rank) for d in index.proposals(2, alternatives=3)]
+    # the best occurrence per first token: (3, 5) and (3, 4) again are not new continuations
+    # of the 2-gram; the 1-gram adds 3 -> 5 as the other continuation
+    assert got == [(2, (4, 8), 0), (1, (5, 7), 1)]  # of equal matches the latest
+    assert [draft_kind(d) for d in index.proposals(2, alternatives=3)] == ["prompt/2", "prompt/1+"]
