@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from percache_plugin.bench.decode import PARAPHRASES, _pairs, run_benchmark
+from percache_plugin.bench.decode import PARAPHRASES, _pairs, answer_row, run_benchmark, summarize
 
 
 def test_skip_gives_a_split_disjoint_from_the_first_meetings() -> None:
@@ -20,3 +20,33 @@ def test_skip_gives_a_split_disjoint_from_the_first_meetings() -> None:
 def test_unknown_modes_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown decode modes"):
         run_benchmark(None, None, Path("."), meetings=1, questions=1, new_tokens=1, repeats=1, modes=("nope",))
+
+
+def _run(s: float, forwards: int, ids: list[int] | None = None, new: int = 10) -> dict[str, object]:
+    return {"ids": ids or [1, 2], "s": s, "new": new, "forwards": forwards, "drafted": 4, "accepted": 2,
+            "trees": 1}
+
+
+def test_an_answers_speedup_is_the_median_of_same_round_ratios() -> None:
+    # round 2 ran under load (both modes slow): per-round ratios 2.0, 2.0, 1.0 -> median 2.0,
+    # where the ratio of the medians of speed would give 1.0 / 0.5 = 2.0 too, but round 3's
+    # plain-only slowdown (ratio 4.0) must not move the median
+    runs = {"plain": [_run(1.0, 10), _run(2.0, 10), _run(4.0, 10)],
+            "combined": [_run(0.5, 6), _run(1.0, 6), _run(1.0, 6)]}
+    row = answer_row(runs, ("combined",))
+    assert row["combined"]["speedup"] == 2.0
+    assert (row["combined"]["speedup_low"], row["combined"]["speedup_high"]) == (2.0, 4.0)
+    assert row["combined"]["forwards"] == 6 and not row["combined"]["more_forwards"]
+    assert row["combined"]["identical"]
+
+
+def test_summary_separates_noise_from_real_slowdowns() -> None:
+    noisy = answer_row({"plain": [_run(1.0, 10), _run(1.0, 10), _run(1.0, 10)],
+                        "combined": [_run(1.2, 10), _run(0.9, 10), _run(1.1, 10)]}, ("combined",))
+    slow = answer_row({"plain": [_run(1.0, 10), _run(1.0, 10), _run(1.0, 10)],
+                       "combined": [_run(1.2, 12, [1, 3]), _run(1.3, 12), _run(1.2, 12)]}, ("combined",))
+    s = summarize([noisy, slow], ("combined",))["combined"]
+    assert s["slower_than_5pct"] == 2  # medians 1/1.1 and 1/1.2
+    assert s["slower_every_round"] == 1  # the noisy answer was faster in one round
+    assert s["more_forwards_than_plain"] == 1 and s["not_identical"] == 1
+    assert s["forwards"] == 22 and s["tree_forwards"] == 2
