@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from .cache import BufferCache, CacheStats
 from .policies import Policy
 from .trace import Tracer
 
-__all__ = ["BufferedWeights", "dispatch_buffered", "read_dropping_pages"]
+__all__ = ["BufferedWeights", "dispatch_buffered", "read_dropping_pages", "read_path_bandwidth"]
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
            "int64": torch.int64, "int32": torch.int32, "int8": torch.int8, "uint8": torch.uint8,
@@ -54,6 +54,26 @@ def read_dropping_pages(path: str | Path) -> bytearray:
         return buf
     finally:
         os.close(fd)
+
+
+def read_path_bandwidth(paths: Iterable[str | Path]) -> float:
+    """Bytes/s of reading ``paths`` the way :class:`BufferedWeights` reads a miss: each file
+    flushed and dropped from the page cache first, then read whole into a fresh buffer with
+    :func:`read_dropping_pages`, one after the other (the fresh buffers' page faults and the
+    per-file calls included, which one large sequential read does not pay)."""
+    files = [Path(p) for p in paths]
+    if not files:
+        raise ValueError("no files to measure the read bandwidth on")
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    t0 = time.perf_counter()
+    total = sum(len(read_dropping_pages(path)) for path in files)
+    return total / max(time.perf_counter() - t0, 1e-9)
 
 
 class BufferedWeights(Mapping[str, torch.Tensor]):

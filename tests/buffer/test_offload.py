@@ -60,3 +60,20 @@ def test_weight_reads_are_traced(tmp_path) -> None:
 def test_not_an_offload_folder(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="index.json"):
         BufferedWeights(tmp_path, 10)
+
+
+def test_read_path_bandwidth_reads_every_file_as_a_miss_does(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from percache_plugin.buffer import offload
+
+    paths = []
+    for i, size in enumerate((1000, 5000, 1)):
+        path = tmp_path / f"t{i}.dat"
+        path.write_bytes(bytes(range(256)) * (size // 256) + bytes(size % 256))
+        paths.append(path)
+    seen: list[int] = []
+    real = offload.read_dropping_pages
+    monkeypatch.setattr(offload, "read_dropping_pages", lambda p: seen.append(len(r := real(p))) or r)
+    assert offload.read_path_bandwidth(paths) > 0
+    assert seen == [1000, 5000, 1]
+    with pytest.raises(ValueError, match="no files"):
+        offload.read_path_bandwidth([])
