@@ -74,6 +74,8 @@ class Background:
     predicted: int = 0
     seconds: float = 0.0
     by_kind: dict[str, int] = field(default_factory=dict)
+    prefill_by_kind: dict[str, int] = field(default_factory=dict)
+    """Prompt tokens computed per task kind (the handle's background stats at the end)."""
 
     def add(self, report: object, seconds: float) -> None:
         """Add an :class:`~percache_plugin.idle.IdleReport` (or anything with its counters)."""
@@ -190,6 +192,8 @@ def _drive(pc: Any, ctx: ReplayContext, user: User, method: Method, result: RunR
             _predict(pc, bg, "history", user.id)
         if method.idle:
             _idle(pc, ctx, bg)
+    costs = getattr(pc, "background_stats", None)
+    bg.prefill_by_kind = {str(k): int(c.prefill_tokens) for k, c in getattr(costs, "by_kind", {}).items()}
     result.kv_bytes = int(pc.store.total_bytes())
     result.qa_bytes = int(pc.qa_bank.total_bytes())
     entries = pc.qa_bank.entries()
@@ -290,6 +294,8 @@ def summarize(runs: Sequence[RunResult]) -> dict[str, Any]:
         "drafted_by_source": {k: v[0] for k, v in sorted(by_source.items())},
         "accepted_by_source": {k: v[1] for k, v in sorted(by_source.items())},
         "bg_prefill_tokens": sum(b.prefill_tokens for b in bg),
+        "bg_prefill_by_kind": {k: sum(b.prefill_by_kind.get(k, 0) for b in bg)
+                               for k in sorted({k for b in bg for k in b.prefill_by_kind})},
         "bg_decode_tokens": sum(b.decode_tokens for b in bg),
         "bg_tasks": sum(b.tasks_run for b in bg),
         "bg_seconds": sum(b.seconds for b in bg),

@@ -80,6 +80,7 @@ def test_outputs_written(payload: dict) -> None:
                     "rouge_l_naive", "stored_bytes", "bg_prefill_tokens", "bg_decode_tokens",
                     "fg_prefill_tokens", "fg_decode_tokens"):
             assert key in s
+        assert sum(s["bg_prefill_by_kind"].values()) == s["bg_prefill_tokens"]
     naive, cached = data["summary"]["original"]["naive"], data["summary"]["original"]["ragcache+meancache"]
     assert naive["kv_hit_ratio"] == 0.0 and naive["stored_bytes"] == 0
     assert naive["rouge_l_naive"] == pytest.approx(1.0)  # naive against itself
