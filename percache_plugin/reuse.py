@@ -50,10 +50,15 @@ class ReuseRunner:
         self._shifter = shifter
         self.active_splice: SpliceCache | None = None
         self._masks: dict[tuple[int | None, int], torch.Tensor] = {}
-        # a splice forward only fills the cache: no logits needed (the lm head over every
-        # computed position cost about a fifth of its FLOPs on SmolLM2)
+        # A splice forward only fills the cache: it runs the decoder without the lm head (over
+        # every computed position that head cost about a fifth of the forward's FLOPs on
+        # SmolLM2), or, where the model names no separate decoder, asks for one position's logits.
+        get_decoder = getattr(model, "get_decoder", None)
+        decoder = get_decoder() if callable(get_decoder) else None
+        self._fill = decoder if isinstance(decoder, torch.nn.Module) and decoder is not model else model
         self._no_logits: dict[str, Any] = (
-            {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {})
+            {"logits_to_keep": 1} if self._fill is model
+            and "logits_to_keep" in inspect.signature(model.forward).parameters else {})
 
     # -- attention relay ----------------------------------------------------------------------
     def splice_mask(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor | None:
@@ -182,8 +187,8 @@ class ReuseRunner:
             self.active_splice = cache
             self._masks.clear()
             try:
-                self._model(input_ids=ids[:, positions], position_ids=positions[None],
-                            past_key_values=cache, use_cache=True, **self._no_logits)
+                self._fill(input_ids=ids[:, positions], position_ids=positions[None],
+                           past_key_values=cache, use_cache=True, **self._no_logits)
             except ProbeDone:
                 pass
             finally:
