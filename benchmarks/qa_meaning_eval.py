@@ -47,6 +47,7 @@ from percache_plugin.rag.guards import (
     MEANING_GUARDS,
     question_terms,
 )
+from percache_plugin.rag.joint import FLOOR as JOINT_FLOOR
 from percache_plugin.rag.meaning import question_shape
 from percache_plugin.rag.qa_bank import QABank
 from percache_plugin.rag.qmsum import iter_meetings
@@ -65,8 +66,12 @@ SETTINGS: dict[str, tuple[bool, tuple[str, ...]]] = {
     "key terms + meaning + align (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS), "align")),
     "key terms + meaning + combined (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS),
                                                        "combined")),
+    f"key terms + meaning + joint (opt-in, tau {JOINT_FLOOR})": (
+        True, (*sorted(DEFAULT_MEANING_GUARDS), "joint")),
     "key terms + meaning + words": (True, MEANING_GUARDS),
 }
+# Settings run at their own tau (the joint guard is fitted for a lower one); the others: --tau.
+SETTING_TAU = {f"key terms + meaning + joint (opt-in, tau {JOINT_FLOOR})": JOINT_FLOOR}
 _GENERIC = frozenset("thing kind type way time activity event name someone something".split())
 
 
@@ -192,8 +197,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             for bank, expected, probe in rows:
                 scope, _, text = probe.rpartition("\n")
                 t0 = time.perf_counter()
-                r = bank.lookup(text, tau=args.tau, scope=scope or None, key_terms=terms,
-                                meaning=meaning, embedding=vec[text])
+                r = bank.lookup(text, tau=SETTING_TAU.get(setting, args.tau),
+                                scope=scope or None, key_terms=terms, meaning=meaning,
+                                embedding=vec[text])
                 timing.append(time.perf_counter() - t0)
                 served = None if r.match is None else r.match.entry.answer
                 c["n"] += 1

@@ -217,7 +217,10 @@ class Config:
         "vectors; one embedder call per lookup whose candidates reach tau and pass the other "
         "guards), 'combined' (off by default: one logistic rule over align's word matches "
         "and the match of what each question asks about; one embedder call per lookup whose "
-        "candidates reach tau and pass the other guards), 'words' (content-word overlap; "
+        "candidates reach tau and pass the other guards), 'joint' (off by default: one "
+        "logistic rule over the similarity and combined's features, meant for "
+        "similarity_threshold=0.66; one embedder call per lookup whose candidates reach tau "
+        "and pass the other guards), 'words' (content-word overlap; "
         "off by default: it "
         "costs paraphrase hits). () turns "
         "them all off. A refusal is named in Answer.rejected_by; a hit served while a guard "
@@ -226,7 +229,7 @@ class Config:
         tuple(g for g in MEANING_GUARDS if g in DEFAULT_MEANING_GUARDS),
     )
     audit_meaning_guards: bool = _help(
-        "Also run the 'residue', 'align' and 'combined' meaning guards while they are "
+        "Also run the 'residue', 'align', 'combined' and 'joint' meaning guards while they are "
         "switched off, so "
         "that the hits they "
         "would have refused are counted in qa_bank.stats()['served_with_guard_off'] (an "

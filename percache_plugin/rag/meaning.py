@@ -38,6 +38,9 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
     one logistic rule over align's word matches, the second worst of them and the match of
     what each question asks about (see :mod:`percache_plugin.rag.combined`; run by the QA
     bank, not here).
+``joint`` (off by default)
+    one logistic rule over the similarity and combined's features, used with tau lowered to
+    its floor (see :mod:`percache_plugin.rag.joint`; run by the QA bank, not here).
 ``words`` (off by default)
     the content words (cut to 5 letters) of the two questions overlap by at least
     ``WORDS_MIN_JACCARD`` (Jaccard): a different question about the same person and thing
@@ -57,7 +60,8 @@ from percache_plugin.rag.roles import question_roles, roles_swapped
 __all__ = ["DEFAULT_MEANING_GUARDS", "FUNCTION_STEMS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "question_shape", "stem"]
 
 MEANING_GUARDS: Final = (
-    "polarity", "antonym", "qtype", "object", "roles", "residue", "align", "combined", "words",
+    "polarity", "antonym", "qtype", "object", "roles", "residue", "align", "combined", "joint",
+    "words",
 )
 DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object", "roles"))
 WORDS_MIN_JACCARD: Final = 0.25

@@ -121,7 +121,7 @@ class QABank(QABankBase):
         :param min_overlap: least share of an entry's sources that must be in ``retrieved``.
         :param key_terms: the key-terms guard (names, acronyms, numbers must agree).
         :param meaning: the meaning guards to run (``guards.MEANING_GUARDS``; empty: none).
-        :param audit: also run the ``residue``, ``align`` and ``combined`` guards when off, to
+        :param audit: also run the ``residue``, ``align``, ``combined`` and ``joint`` guards when off, to
             count the hits they would have refused (``served_with_guard_off``); it costs an
             embedder call per lookup whose candidates reach ``tau``. The other switched-off
             guards are always counted (they compare precomputed features).
@@ -193,7 +193,7 @@ class QABank(QABankBase):
                 min_overlap=min_overlap, key_terms=key_terms, meaning=others)[1] is not None)
                 for i, sim in found]
         todo = [(i, s, sim) for i, s, sim, decides in seen if decides]
-        if todo and guards & {"align", "combined"} and not can_align(self._embedder):
+        if todo and guards & {"align", "combined", "joint"} and not can_align(self._embedder):
             with self._lock:
                 self._counters["align_unavailable"] += 1
         verdicts = embedded_verdicts(question, [(q, s, sim) for _, (q, s), sim in todo],

@@ -32,7 +32,7 @@ def judge_candidates(
     """Judge ``candidates`` (``(id, cosine)``, best first) until one passes every guard or
     the similarity falls below ``tau``. Returns every verdict and the one served, if any.
     Every meaning guard is computed; those not in ``meaning`` only report (``off_failed``).
-    The guards that need the embedder (``residue``, ``align``, ``combined``) run only when ``embedded`` is
+    The guards that need the embedder (``residue``, ``align``, ``combined``, ``joint``) run only when ``embedded`` is
     given (their verdicts, computed beforehand by the caller, per entry id; None where they
     do not decide: the candidate fails another guard) and only for candidates reaching
     ``tau``; a candidate missing from it (added since) is judged with ``embedder``."""
