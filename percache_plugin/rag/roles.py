@@ -22,8 +22,11 @@ joined to the one before it by "and" ("Evan and Sam") takes that name's slot. A 
 here is a run of capitalised words not opening the question, titles and time words ("May",
 "Monday") left out.
 
-The guard refuses a pair when two names **exchange** their slots: A holds slot s and B slot t
-in one question, A holds t and B holds s in the other (s != t). A rewording that moves one name
+The guard refuses a pair when two names **exchange** their slots (A holds slot s and B slot t
+in one question, A holds t and B holds s in the other, s != t), or when the **subject changes**
+between two names both questions hold (A is the subject of one and not of the other, B the
+other way round: "What recipe did Evan request from Sam?" / "What recipe did Sam share with
+Evan?"). A rewording that moves one name
 ("did Evan share with Sam" / "was shared by Evan with Sam") or joins two ("How did Calvin meet
 Frank?" / "How did Calvin and Frank meet?") passes. It also refuses a "who" question whose
 "who" changes from the subject ("Who invited Calvin?") to the object ("Who did Calvin
@@ -114,11 +117,14 @@ def question_roles(question: str) -> Mapping[str, str]:
 
 def roles_swapped(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
     """Whether two names exchange their slots between ``a`` and ``b`` (from
-    :func:`question_roles`), or a "who" turns from subject to object with a name in common."""
+    :func:`question_roles`), the subject moves from one name to another, or a "who" turns from
+    subject to object with a name in common."""
     names = [n for n in a.keys() & b.keys() if not n.startswith("<")]
     for x in names:
         for y in names:
-            if x < y and a[x] != a[y] and a[x] == b[y] and a[y] == b[x]:
+            if x != y and a[x] != a[y] and a[x] == b[y] and a[y] == b[x]:
+                return True
+            if x != y and a[x] == b[y] == "subj" and "subj" not in (b[x], a[y]):
                 return True
     whos = {k for k in a if k.startswith("<")} ^ {k for k in b if k.startswith("<")}
     return whos == {WHO_SUBJECT, WHO_OBJECT} and bool(names)

@@ -46,6 +46,8 @@ def test_who_as_subject_or_object() -> None:
     ("According to Evan, what is important for Sam to believe in?",
      "According to Sam, what is important for Evan to believe in?"),
     ("How did Sam suggest Evan view the setback?", "How did Evan suggest Sam view the setback?"),
+    # the subject changes, with another verb and preposition
+    ("What recipe did Evan request from Sam?", "What recipe did Sam share with Evan?"),
 ])
 def test_names_trading_slots_are_refused(stored: str, asked: str) -> None:
     assert swapped(stored, asked) and swapped(asked, stored)
