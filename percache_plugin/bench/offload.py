@@ -32,6 +32,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
+MISS_PATH_SAMPLE = 512 * 2**20
+
+
+def _sample(paths: list[Path], limit: int) -> list[Path]:
+    """The first of ``paths`` up to ``limit`` bytes (at least one): a few whole layers, whose
+    reads cost what the run's do, without holding the whole model's worth of freed buffers."""
+    out: list[Path] = []
+    total = 0
+    for path in paths:
+        if out and total >= limit:
+            break
+        out.append(path)
+        total += path.stat().st_size
+    return out
+
+
 def _decode(model: Any, weights: Any, steps: int) -> tuple[float, int]:
     """Prefill and two warm-up steps (the policy classifies the loop), then ``steps`` timed
     steps; returns (seconds per token, bytes read per token) over the timed steps."""
@@ -66,8 +82,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         n_params, offloaded = write_offloaded(folder, args.hidden, args.layers, args.dtype)
         bw = measure_bandwidth(folder)
         # The same prediction from the bandwidth of the path a miss takes (one file per
-        # tensor, each into a fresh buffer): what one long sequential read leaves out.
-        bw_files = read_path_bandwidth(sorted(Path(folder).glob("*.dat")))
+        # tensor, each into a fresh buffer; 512 MiB of them): what one long sequential read
+        # leaves out.
+        bw_files = read_path_bandwidth(_sample(sorted(Path(folder).glob("*.dat")), MISS_PATH_SAMPLE))
         rows: list[dict[str, Any]] = []
         arms = [(1.0, "llm"), *((b, p) for b in budgets for p in ("lru", "llm"))]
         for share, policy in arms:

@@ -77,3 +77,15 @@ def test_read_path_bandwidth_reads_every_file_as_a_miss_does(tmp_path, monkeypat
     assert seen == [1000, 5000, 1]
     with pytest.raises(ValueError, match="no files"):
         offload.read_path_bandwidth([])
+
+
+def test_bench_offload_samples_the_miss_path_by_bytes(tmp_path) -> None:
+    from percache_plugin.bench.offload import _sample
+
+    paths = []
+    for i, size in enumerate((10, 10, 10, 10)):
+        (path := tmp_path / f"{i}.dat").write_bytes(bytes(size))
+        paths.append(path)
+    assert _sample(paths, 25) == paths[:3]
+    assert _sample(paths, 0) == paths[:1]
+    assert _sample(paths, 1000) == paths
