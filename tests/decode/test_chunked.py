@@ -84,13 +84,14 @@ def test_interrupt_check_is_for_background_and_budgeted_calls_only() -> None:
 
 
 class _Forwards:
-    """Counts the model's forwards and their lengths; ``on_forward(n)`` runs before each."""
+    """Counts the model's forwards and their lengths; ``on_forward(n)`` runs before each.
+    It watches the decoder, which every forward runs (a splice forward runs only the decoder)."""
 
     def __init__(self, model: Any, on_forward: Any = None, seconds_per_token: float = 0.0) -> None:
         self.lengths: list[int] = []
         self._on = on_forward
         self._spt = seconds_per_token
-        model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        model.get_decoder().register_forward_pre_hook(self._hook, with_kwargs=True)
 
     def _hook(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
         n = kwargs["input_ids"].shape[1]
