@@ -80,7 +80,8 @@ def test_idle_prediction_populates_the_banks(smollm2: tuple[Any, Any]) -> None:
 
 def test_newcomer_first_minute(smollm2: tuple[Any, Any], tmp_path: Path) -> None:
     """What a new user does first, with the defaults: fresh store, the demo notes, one idle
-    minute. At least 3 questions predicted, the budget kept (plus one decode step), and a
+    minute. At least 3 questions predicted, the budget kept (plus one decode step or prefill
+    chunk, as the README says), and a
     paraphrase of a predicted question served from the QA bank.
 
     The 3-in-60-s check is hard. On a machine busy with other work it is scaled, not waived:
@@ -93,11 +94,14 @@ def test_newcomer_first_minute(smollm2: tuple[Any, Any], tmp_path: Path) -> None
     # One decode step of this model on this machine, measured now.
     g = pc.generate(["Hi.", "Count to ten."], max_new_tokens=16, do_sample=False)
     step = (g.stats.total_s - g.stats.ttft_s) / max(1, g.stats.new_tokens - 1)
+    # and one idle prefill chunk (the other unit the budget is checked at), from this prompt's
+    # time per computed token: under load a chunk can take several decode steps
+    chunk_s = g.stats.ttft_s / max(1, g.stats.tokens_computed) * pc.config.background_prefill_chunk
     slowdown = max(1.0, step / NOMINAL_DECODE_STEP_S)
     pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
     report = pc.idle(budget_s=60)
     print(report.summary(), f"decode step {step * 1000:.0f} ms (x{slowdown:.1f} nominal)", report.predicted)
-    assert report.seconds <= 60 + 2 * step + 0.5, (report.seconds, step)
+    assert report.seconds <= 60 + 2 * max(step, chunk_s) + 0.5, (report.seconds, step, chunk_s)
     predicted = list(report.predicted)
     allowed, spent = 60 * slowdown, report.seconds
     while len(predicted) < 3 and spent < allowed and len(pc.idle_queue):
