@@ -12,7 +12,7 @@ The evaluation set (built here, deterministic):
 - Positives: hand-written user paraphrases of stored queries
   (``benchmarks/data/qa_paraphrases.json``), asked about the same meeting. A hit serves
   the paraphrased query's reference answer; serving another entry is a wrong answer.
-- Hard negatives (``benchmarks/data/qa_negatives.json``, written by this script), where
+- Hard negatives (``benchmarks/data/qa_negatives.json``, written by this script with ``--negatives-out``), where
   serving any stored answer is a false hit:
   ``cross_meeting``: a stored query, same wording, asked about the fresh meeting next to
   it in its series ("Summarize the whole meeting." of ES2004b when ES2004a's is stored);
@@ -343,11 +343,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         for p in ev.probes
         if p.expected is None
     ]
-    args.negatives_out.parent.mkdir(parents=True, exist_ok=True)
-    lines = ",\n".join("  " + json.dumps(n, ensure_ascii=False) for n in negatives)
-    args.negatives_out.write_text(
-        f'{{"about": {json.dumps(NEGATIVES_ABOUT)},\n "negatives": [\n{lines}\n]}}\n', "utf-8"
-    )
+    if args.negatives_out is not None:  # only on request: a run over other splits would overwrite the committed set
+        args.negatives_out.parent.mkdir(parents=True, exist_ok=True)
+        lines = ",\n".join("  " + json.dumps(n, ensure_ascii=False) for n in negatives)
+        args.negatives_out.write_text(
+            f'{{"about": {json.dumps(NEGATIVES_ABOUT)},\n "negatives": [\n{lines}\n]}}\n', "utf-8"
+        )
 
     chunks = [c for m in ev.meetings for c in chunk_meeting(m, args.target_words, scope=m.id)]
     index = HybridIndex(embedder.dim)
@@ -626,7 +627,8 @@ def parse_args() -> argparse.Namespace:
         "--min-overlap", type=float, default=DEFAULT_MIN_OVERLAP, help="consistency guard threshold"
     )
     p.add_argument("--paraphrases", type=Path, default=DATA_DIR / "qa_paraphrases.json")
-    p.add_argument("--negatives-out", type=Path, default=DATA_DIR / "qa_negatives.json")
+    p.add_argument("--negatives-out", type=Path, default=None,
+                   help="write the hard negatives here (e.g. benchmarks/data/qa_negatives.json); default: write nothing")
     p.add_argument("--cache", type=Path, default=None, help="folder to cache chunk embeddings in")
     p.add_argument(
         "--meaning",
