@@ -7,7 +7,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from .sqlite_tx import Schema, connect
 
@@ -15,8 +15,7 @@ __all__ = ["IdleTask", "IdleQueue", "IdleReport", "TaskKind", "TASK_KINDS"]
 
 TaskKind = Literal["answer", "refresh", "abstract", "predict_knowledge", "predict_history",
                    "populate", "decode", "reprefill", "warm"]
-TASK_KINDS: tuple[str, ...] = ("answer", "refresh", "abstract", "predict_knowledge",
-                               "predict_history", "populate", "decode", "reprefill", "warm")
+TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
 _SCHEMA = Schema("idle", 1, """
 CREATE TABLE IF NOT EXISTS idle_tasks (
     id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, question TEXT NOT NULL,

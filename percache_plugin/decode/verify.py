@@ -154,10 +154,11 @@ class DraftedDecoding:
         used = [s for s in sources if only is None or s.name in only]
         return cls(DraftIndex(used, prompt, from_output=only is None or OUTPUT in only, **index), schedule)
 
-    def _judge_tree(self, tree: TokenTree, chosen: Sequence[int], done: bool) -> None:
+    def _judge_tree(self, tree: TokenTree, chosen: Sequence[int]) -> None:
         """Tell the schedule how each draft in ``tree`` fared against the tokens ``chosen`` in its
         forward: its leading tokens equal to them stood; the first differing one is a rejection
-        (also where a sibling stood instead); tokens past a stop (``done``) were never judged."""
+        (also where a sibling stood instead); tokens past a stop (eos, a length limit: ``chosen``
+        ends before them with no differing token) were never judged."""
         for d, n in tree.drafts.items():
             acc = 0
             while acc < n and acc < len(chosen) and d.tokens[acc] == chosen[acc]:
@@ -272,7 +273,7 @@ class DraftedDecoding:
             c.new_tokens += emitted
             if tree is not None:
                 c.record_tree(tree, path)
-                self._judge_tree(tree, chosen_now, done)
+                self._judge_tree(tree, chosen_now)
                 if branched:
                     keep_path(cache, past, path)
             elif draft is not None:

@@ -1,26 +1,42 @@
 """The meaning guards that need the embedder (``residue``, ``align``, ``combined``, ``joint``):
-their verdicts for the candidates of one lookup, in one embedder call per guard, made outside
-the QA bank's lock."""
+their verdicts for the candidates of one lookup, made outside the QA bank's lock: one
+``embed`` call for ``residue``, one ``embed_words`` call shared by the others."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
-from percache_plugin.rag.align import align_verdicts
+from percache_plugin.rag.align import EmbedWords, WordVectors, align_verdicts
 from percache_plugin.rag.combined import combined_verdicts
 from percache_plugin.rag.embeddings import Embedder
 from percache_plugin.rag.joint import joint_verdicts
 from percache_plugin.rag.meaning import QuestionShape, question_shape
 from percache_plugin.rag.residue import residue_verdicts
 
-__all__ = ["EMBEDDED_GUARDS", "Candidate", "can_align", "embedded_verdicts"]
+__all__ = ["EMBEDDED_GUARDS", "WORD_GUARDS", "Candidate", "can_align", "embedded_verdicts"]
 
 EMBEDDED_GUARDS: Final = frozenset(("residue", "align", "combined", "joint"))
 """Meaning guards that call the embedder; the others compare features computed once."""
 
 Candidate = tuple[str, QuestionShape, float]
+WORD_GUARDS: Final = frozenset(("align", "combined", "joint"))
+"""Guards that compare contextual word vectors (``embed_words``): one call serves them all."""
 """A stored question, its shape and its similarity to the asked question."""
+
+
+def _shared(embed_words: EmbedWords) -> EmbedWords:
+    """``embed_words`` computing each text once per lookup: align, combined and joint ask for
+    the same texts, in the same batch."""
+    memo: dict[str, WordVectors] = {}
+
+    def embed(texts: Sequence[str]) -> list[WordVectors]:
+        missing = [t for t in dict.fromkeys(texts) if t not in memo]
+        if missing:
+            memo.update(zip(missing, embed_words(missing), strict=True))
+        return [memo[t] for t in texts]
+
+    return embed
 
 
 def can_align(embedder: Embedder) -> bool:
@@ -41,20 +57,17 @@ def embedded_verdicts(question: str, candidates: Sequence[Candidate], guards: Co
         ok = residue_verdicts([(shape, s, sim) for _, s, sim in candidates], embedder.embed)
         for row, verdict in zip(out, ok, strict=True):
             row["residue"] = verdict
-    if "align" in guards and can_align(embedder):
-        embed_words = embedder.embed_words  # type: ignore[attr-defined]
-        ok = align_verdicts([(question, stored) for stored, _, _ in candidates], embed_words)
-        for row, verdict in zip(out, ok, strict=True):
-            row["align"] = verdict
-    if "combined" in guards and can_align(embedder):
-        embed_words = embedder.embed_words  # type: ignore[attr-defined]
-        ok = combined_verdicts([(question, stored) for stored, _, _ in candidates], embed_words)
-        for row, verdict in zip(out, ok, strict=True):
-            row["combined"] = verdict
-    if "joint" in guards and can_align(embedder):
-        embed_words = embedder.embed_words  # type: ignore[attr-defined]
-        ok = joint_verdicts([(question, stored, sim) for stored, _, sim in candidates],
-                            embed_words)
-        for row, verdict in zip(out, ok, strict=True):
-            row["joint"] = verdict
+    if can_align(embedder) and WORD_GUARDS.intersection(guards):
+        embed_words = _shared(embedder.embed_words)  # type: ignore[attr-defined]
+        pairs = [(question, stored) for stored, _, _ in candidates]
+        runs: dict[str, Callable[[], list[bool]]] = {
+            "align": lambda: align_verdicts(pairs, embed_words),
+            "combined": lambda: combined_verdicts(pairs, embed_words),
+            "joint": lambda: joint_verdicts([(question, stored, sim) for stored, _, sim in candidates],
+                                            embed_words),
+        }
+        for name, run in runs.items():
+            if name in guards:
+                for row, verdict in zip(out, run(), strict=True):
+                    row[name] = verdict
     return out
