@@ -22,7 +22,7 @@ import percache_plugin as percache
 from percache_plugin.bundled import SMOLLM2_GGUF, smollm2_path
 from percache_plugin.plugins.embedding_search import EmbeddingSearch, common_prefix
 
-LOCOMO = Path("/work/shared/data/locomo/locomo_dev5.json")
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev5.json"  # ../shared beside the repository
 FEW_SHOT = "".join(f"Q: What is the capital of country number {i}? A: City {i}.\n" for i in range(40))
 SYSTEM = "You answer questions about a conversation between two friends."
 

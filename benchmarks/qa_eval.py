@@ -41,7 +41,7 @@ rate on all negatives and on the same-meeting ones (person/topic/object swaps).
 Example (about 10 minutes on 2 CPU cores, 2 with ``--cache`` filled)::
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/qa_eval.py \\
-        --data /work/shared/data/qmsum --out docs/ --cache /tmp/qa-eval-cache
+        --data ../shared/data/qmsum --out docs/ --cache /tmp/qa-eval-cache
 """
 
 from __future__ import annotations

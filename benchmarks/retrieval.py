@@ -16,7 +16,7 @@ A "random" row gives the expected hit@k of k chunks drawn uniformly, as a floor.
 Example::
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/retrieval.py \\
-        --data /work/shared/data/qmsum --split test --target-words 100 --k 3
+        --data ../shared/data/qmsum --split test --target-words 100 --k 3
 """
 
 from __future__ import annotations
