@@ -1,7 +1,8 @@
 """The QA-bank meaning guards on a held-out check: ``benchmarks/data/qa_fresh_heldout.json``
 (built before the ``combined`` guard was developed) or, with ``--set
-qa_fresh2_heldout.json``, the second one (written before the ``roles`` guard was developed);
-each file's ``about`` field says how it was made.
+qa_fresh2_heldout.json``, the second one (written before the ``roles`` guard was developed),
+or ``--set qa_fresh3_heldout.json``, the third (written before the guards it reports on were
+developed); each file's ``about`` field says how it was made.
 
 Negatives (one bank per pair, holding the stored question with an answer; any answer served
 for the asked question is a false hit): ``qmsum_negatives``, two different queries of one QMSum
@@ -15,7 +16,7 @@ floor, 0.66) with the key-terms guard.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/qa_fresh_eval.py \\
         --locomo ../shared/data/locomo/locomo_dev5.json --qmsum ../shared/data/qmsum \\
-        [--set qa_fresh2_heldout.json]
+        [--set qa_fresh2_heldout.json | --set qa_fresh3_heldout.json]
 """
 
 from __future__ import annotations
