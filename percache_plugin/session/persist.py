@@ -10,6 +10,7 @@ of turns that left).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ from .state import RegionFact, Session, Turn, cache_tokens
 
 __all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "MEMORY_SCHEMA",
            "SESSIONS_DIR", "SESSIONS_DB"]
+
+log = logging.getLogger("percache")
 
 _INSERT_TURN = (f"INSERT OR REPLACE INTO chat_turns ({', '.join(TURN_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(TURN_COLUMNS))})")
@@ -248,6 +251,12 @@ class SessionStore:
             session.memory = [RegionFact(f[0], f[1], tuple(f[2])) for f in json.loads(memory[2])]
         layers = self._read(slices, session.n_tokens)
         if layers is None:
+            if slices:  # stored and unreadable: missing, corrupt or out of order
+                log.warning("percache: session %r has no usable K/V snapshot; its %d tokens are "
+                            "computed again with the next turn", name, session.n_tokens)
+            else:  # nothing stored, e.g. a forget cut the snapshot before its first position
+                log.info("percache: session %r has no K/V stored; its %d tokens are computed "
+                         "with the next turn", name, session.n_tokens)
             return session, "ids"
         for i, (k, v) in enumerate(layers):
             session.cache.update(k.to(device=device, dtype=dtype)[None], v.to(device=device, dtype=dtype)[None], i)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import TYPE_CHECKING
 
 from ..decode import dtype_device
@@ -16,8 +15,6 @@ if TYPE_CHECKING:
 
 __all__ = ["read_session", "adopt"]
 
-log = logging.getLogger("percache")
-
 
 def read_session(engine: Engine, store: SessionStore, name: str) -> Session | None:
     """Session ``name`` as ``store`` holds it, ready for its next turn (None: not stored)."""
@@ -27,9 +24,7 @@ def read_session(engine: Engine, store: SessionStore, name: str) -> Session | No
         return None
     session, source = loaded
     session.restored, session.fingerprint = source, store.fingerprint
-    if source == "ids":
-        log.warning("percache: session %r has no usable K/V snapshot; its %d tokens are "
-                    "computed again with the next turn", name, session.n_tokens)
+    if source == "ids":  # the store said why (a warning only when a snapshot was lost)
         compact(session)  # without the slots, masked turns would be attended again
     if any(t.masked for t in session.turns) and source == "snapshot":
         session.keep = masked_keep(session)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,8 @@ def test_list_search_forget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["memory", "list", str(tmp_path / "missing")]) != 0
 
 
-def test_forget_takes_the_fact_out_of_saved_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_forget_takes_the_fact_out_of_saved_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     caplog: pytest.LogCaptureFixture) -> None:
     model, tok = tiny_pair("llama")
     config = dict(store=tmp_path, embedder="hash", predict="off", memory_recall=True, memory_threshold=0.0,
                   memory_recall_mode="splice")
@@ -52,7 +54,10 @@ def test_forget_takes_the_fact_out_of_saved_sessions(tmp_path: Path, capsys: pyt
     assert main(["memory", "forget", str(tmp_path), tea.id]) == 0
     assert capsys.readouterr().out.rstrip().endswith("1 sessions (0 chat turns it was recalled into)")
     pc = percache.enable(model, tok, **config)
-    session = pc.sessions.get("default")
+    with caplog.at_level(logging.INFO, logger="percache"):
+        session = pc.sessions.get("default")
+    # the cut snapshot is not reported as a lost one
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "snapshot" in r.getMessage()]
     assert tea.id not in [f.fact_id for f in session.memory]
     assert session.cache.get_seq_length() <= len(session.head_ids)  # the snapshot ends before it
     reply = pc.chat("And now?", memory_scope="ana", max_new_tokens=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -71,7 +72,8 @@ def _corrupt(store: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["missing", "flipped"])
-def test_corrupt_snapshot_falls_back_to_reprefilling_the_ids(tmp_path: Path, how: str) -> None:
+def test_corrupt_snapshot_falls_back_to_reprefilling_the_ids(tmp_path: Path, how: str,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     store = tmp_path / "store"
     model, tok = tiny_pair("llama")
     pc = percache.enable(model, tok, store=store, session_blocks=False)  # the blocks path: tests/session/test_blocks.py
@@ -82,7 +84,9 @@ def test_corrupt_snapshot_falls_back_to_reprefilling_the_ids(tmp_path: Path, how
     _corrupt(store, how)
     want = _uninterrupted()
     pc = percache.enable(model, tok, store=store, session_blocks=False)  # the blocks path: tests/session/test_blocks.py
-    reply = pc.chat(MESSAGES[3], session="s", **GEN)
+    with caplog.at_level(logging.WARNING, logger="percache"):
+        reply = pc.chat(MESSAGES[3], session="s", **GEN)
+    assert any("no usable K/V snapshot" in r.getMessage() for r in caplog.records)
     assert reply.stats.restored_from == "ids" and reply.stats.tokens_reused == 0
     assert reply.stats.history_recomputed == reply.stats.history_tokens > 0
     assert reply.token_ids == want[3].token_ids and reply.prompt_ids == want[3].prompt_ids
