@@ -43,6 +43,7 @@ class GenerationStats:
     tokens_drafted: int = 0  # draft tokens fed to the model for verification
     tokens_accepted: int = 0  # of them, equal to what the model chose (kept)
     decode_forwards: int = 0  # model forwards during decoding (the first token's included)
+    first_forward_tokens: int = 0  # tokens the first forward emitted (1, plus draft tokens accepted in it)
     forwards_saved: int = 0  # new_tokens - decode_forwards: forwards plain decoding would add
     drafts_declined: int = 0  # drafts found but not verified: not expected to pay for the forward
     packed_linear_calls: int = 0  # linear layers drafted decoding computed over packed weights (Config.draft_packed_linears)

@@ -22,6 +22,7 @@ whatever the clock says.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import tempfile
 import time
@@ -30,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..decode.acceptance import AcceptanceHistory
 from ..decode.sources import QA_BANK, SESSION, DraftHints
 from ..rag.qmsum import Meeting, iter_meetings, meeting_text
 from .common import DEFAULT_QMSUM, markdown_table, median, require_qmsum, write_json
@@ -74,7 +76,25 @@ def _timed(pc: Any, segments: Any, n: int, hints: DraftHints, mode: str, tree_de
     s = gen.stats
     return {"ids": gen.token_ids, "s": time.perf_counter() - t0, "new": s.new_tokens,
             "forwards": s.decode_forwards or s.new_tokens, "drafted": s.tokens_drafted,
-            "accepted": s.tokens_accepted, "reused": s.tokens_reused, "trees": s.draft_tree_forwards}
+            "accepted": s.tokens_accepted, "reused": s.tokens_reused, "trees": s.draft_tree_forwards,
+            "ttft": s.ttft_s, "decode_s": s.total_s - s.ttft_s, "first": s.first_forward_tokens}
+
+
+def _decode_ratio(plain: dict[str, Any], run: dict[str, Any]) -> float | None:
+    """Decode speed (tokens after the first forward over the time after it) of ``run`` over
+    ``plain``'s; None when either has no such tokens or time (or was not timed that way)."""
+    if "decode_s" not in plain or "decode_s" not in run:
+        return None
+    p_tok, r_tok = plain["new"] - plain["first"], run["new"] - run["first"]
+    if min(p_tok, r_tok) <= 0 or min(plain["decode_s"], run["decode_s"]) <= 0:
+        return None
+    return (r_tok / run["decode_s"]) / (p_tok / plain["decode_s"])
+
+
+def _clean_history(pc: Any, mode: str, start: dict[str, AcceptanceHistory]) -> None:
+    """Give the handle a copy of ``mode``'s draft history as it stood before this answer: every
+    mode and round starts from its own state, unmoved by other modes or earlier rounds."""
+    pc.engine.draft_history = copy.deepcopy(start.setdefault(mode, AcceptanceHistory()))
 
 
 def answer_row(runs: dict[str, list[dict[str, Any]]], modes: tuple[str, ...]) -> dict[str, Any]:
@@ -93,6 +113,12 @@ def answer_row(runs: dict[str, list[dict[str, Any]]], modes: tuple[str, ...]) ->
         ratios = [p["s"] / x["s"] * x["new"] / p["new"] for p, x in zip(plain, runs[mode], strict=True)]
         row[mode].update(speedup=median(ratios), speedup_low=min(ratios), speedup_high=max(ratios),
                          more_forwards=row[mode]["forwards"] > row["plain"]["forwards"])
+        dec = [r for r in (_decode_ratio(p, x) for p, x in zip(plain, runs[mode], strict=True)) if r is not None]
+        ttft = [x["ttft"] / p["ttft"] for p, x in zip(plain, runs[mode], strict=True)
+                if p.get("ttft", 0) > 0 and "ttft" in x]
+        row[mode].update(decode_speedup=median(dec) if dec else None, decode_low=min(dec, default=None),
+                         decode_high=max(dec, default=None), ttft_ratio=median(ttft) if ttft else None,
+                         first=runs[mode][0].get("first", 1))
     return row
 
 
@@ -109,10 +135,22 @@ def summarize(rows: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, A
         "acceptance": (sum(r[m]["accepted"] for r in rows) / max(1, sum(r[m]["drafted"] for r in rows))),
         "forwards": sum(r[m]["forwards"] for r in rows),
         "tree_forwards": sum(r[m].get("trees", 0) for r in rows),
-        "not_identical": sum(not r[m]["identical"] for r in rows)} for m in modes}
+        "not_identical": sum(not r[m]["identical"] for r in rows),
+        # decode phase only: the tokens after the first forward over the time after it
+        **_decode_summary([r[m] for r in rows])} for m in modes}
     summary["plain"] = {"median_tok_s": median([r["plain"]["tok_s"] for r in rows]),
                         "forwards": sum(r["plain"]["forwards"] for r in rows)}
     return summary
+
+
+def _decode_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Decode-phase figures of one mode over its answers' cells (``answer_row``)."""
+    dec = [c["decode_speedup"] for c in cells if c.get("decode_speedup") is not None]
+    ttft = [c["ttft_ratio"] for c in cells if c.get("ttft_ratio") is not None]
+    return {"median_decode_speedup": median(dec) if dec else None, "min_decode_speedup": min(dec, default=None),
+            "decode_slower_than_5pct": sum(d < 0.95 for d in dec),
+            "decode_slower_every_round": sum(c["decode_high"] < 0.95 for c in cells if c.get("decode_high") is not None),
+            "decode_answers": len(dec), "median_ttft_ratio": median(ttft) if ttft else None}
 
 
 def _trace(pc: Any, segments: Any, hints: DraftHints, plain_ids: list[int]) -> dict[str, Any]:
@@ -148,6 +186,7 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
             for original, _ in qs:  # earlier questions: their answers enter the QA bank
                 pc.ask(original, max_new_tokens=new_tokens)
             session: list[list[int]] = []
+            histories: dict[str, AcceptanceHistory] = {}  # each mode's own draft history (fair modes)
             for _, question in qs:
                 q = pc.assistant.query(question)
                 chunks = pc.hooks.retrieve(pc.assistant.ctx, q, pc.config.top_k, None)
@@ -158,13 +197,18 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
                 # (once per handle) pack the linear weights for drafted decoding
                 # (Config.draft_packed_linears): a one-time cost per handle, not per answer.
                 pc.configure(drafting=True, draft_sources=())
+                pc.engine.draft_history = AcceptanceHistory()  # scratch: no mode's history
                 pc.generate(segments, max_new_tokens=2, do_sample=False)
                 pc.engine.pack_linears()
                 runs: dict[str, list[dict[str, Any]]] = {}
+                after: dict[str, AcceptanceHistory] = {}
                 for r in range(repeats):
                     order = ["plain", *modes] if r % 2 == 0 else [*modes[::-1], "plain"]
                     for mode in order:
+                        _clean_history(pc, mode, histories)
                         runs.setdefault(mode, []).append(_timed(pc, segments, new_tokens, hints, mode, tree_default))
+                        after[mode] = pc.engine.draft_history
+                histories.update(after)  # every round of a mode ends in the same state (deterministic)
                 plain_ids = runs["plain"][0]["ids"]
                 row: dict[str, Any] = {"meeting": mid, "question": question, "new": runs["plain"][0]["new"],
                                        "qa_answers": len(qa.texts.get(QA_BANK, ())), "turns": len(session),
@@ -177,12 +221,17 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
                 if progress:
                     print(f"{mid} {question[:40]!r} ({row['plain']['forwards']} forwards): " + " ".join(
                         f"{m}={row[m]['speedup']:.2f}x [{row[m]['speedup_low']:.2f}-{row[m]['speedup_high']:.2f}] "
+                        f"decode {_x(row[m]['decode_speedup'])} ttft {_x(row[m]['ttft_ratio'])} "
                         f"{row[m]['forwards']}f" for m in modes)
                         + ("" if all(row[m]["identical"] for m in modes) else " NOT IDENTICAL"), flush=True)
             pc.close()
     summary = summarize(rows, modes)
     return {"rows": rows, "summary": summary, "questions": len(rows), "meetings": list(plan), "skip": skip,
             "new_tokens": new_tokens, "repeats": repeats, "threads": torch.get_num_threads()}
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -216,11 +265,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             skip=args.skip, modes=modes, trace=args.trace)
     s = payload["summary"]
     print(markdown_table(
-        ["mode", "median decode tok/s", "median speed-up", "min speed-up", "answers >5% slower",
-         "slower in every round", "more forwards than plain", "acceptance", "forwards", "tree forwards"],
-        [["plain", f"{s['plain']['median_tok_s']:.1f}", "1.00x", "", "", "", "", "", s["plain"]["forwards"], ""],
+        ["mode", "median request tok/s", "median speed-up (request)", "min", "answers >5% slower",
+         "slower in every round", "median decode speed-up (after the first forward)", "min",
+         "answers >5% slower", "slower in every round", "TTFT vs plain", "more forwards than plain",
+         "acceptance", "forwards", "tree forwards"],
+        [["plain", f"{s['plain']['median_tok_s']:.1f}", "1.00x", "", "", "", "1.00x", "", "", "", "", "", "",
+          s["plain"]["forwards"], ""],
          *[[m, f"{s[m]['median_tok_s']:.1f}", f"{s[m]['median_speedup']:.2f}x", f"{s[m]['min_speedup']:.2f}x",
-            s[m]["slower_than_5pct"], s[m]["slower_every_round"], s[m]["more_forwards_than_plain"],
+            s[m]["slower_than_5pct"], s[m]["slower_every_round"], _x(s[m]["median_decode_speedup"]),
+            _x(s[m]["min_decode_speedup"]), s[m]["decode_slower_than_5pct"], s[m]["decode_slower_every_round"],
+            _x(s[m]["median_ttft_ratio"]), s[m]["more_forwards_than_plain"],
             f"{s[m]['acceptance']:.0%}", s[m]["forwards"], s[m]["tree_forwards"]] for m in modes]]))
     differ = sum(s[m]["not_identical"] for m in modes)
     print(f"{payload['questions']} questions over meetings {', '.join(payload['meetings'])}, {args.new_tokens} new "

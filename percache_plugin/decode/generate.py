@@ -161,11 +161,13 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
         )
     new = out.sequences[0, prompt.n_tokens:].tolist()
     stats.new_tokens = len(new)
+    stats.first_forward_tokens = min(1, len(new))
     if drafting is not None:
         c = drafting.counts
         stats.drafting = "on"
         stats.tokens_drafted, stats.tokens_accepted = c.drafted, c.accepted
         stats.decode_forwards = c.forwards
+        stats.first_forward_tokens = c.first_tokens
         stats.forwards_saved = len(new) - c.forwards
         stats.drafts_declined = c.declined
         stats.packed_linear_calls = c.packed_calls

@@ -41,7 +41,7 @@ from .schedule import DraftSchedule
 from .sources import DraftSource
 from .tree import TokenTree, keep_path, plan_tree, tree_cache_ok, tree_mask, tree_positions
 
-__all__ = ["DraftedDecoding", "DraftCounts", "FIRST_FORWARD_MATCH", "NEAR_TIE", "TREE_ALTERNATIVES",
+__all__ = ["DraftedDecoding", "DraftCounts", "FIRST_FORWARD_MATCH", "NEAR_TIE", "PACKED_FIRST_FEED", "TREE_ALTERNATIVES",
            "extend_positions"]
 
 # Top-two score gap under which kernel rounding (measured up to ~1e-4) could flip an argmax, with margin.
@@ -51,6 +51,9 @@ NEAR_TIE = 1e-3
 # and such one-token drafts, rarely accepted, would lengthen every prefill (its time to the first
 # token) and change its float rounding against a plain prefill.
 FIRST_FORWARD_MATCH = 2
+# The longest first forward (uncached prompt tokens plus draft tokens) computed over packed weights
+# that exist already: the verify cost curve was measured up to 16 draft tokens behind one token.
+PACKED_FIRST_FEED = 17
 # Occurrences per source and n-gram length whose continuations differ, offered to a token tree.
 TREE_ALTERNATIVES = 3
 
@@ -74,6 +77,7 @@ class DraftCounts:
     drafted: int = 0
     accepted: int = 0
     new_tokens: int = 0
+    first_tokens: int = 0  # tokens the first forward emitted (its accepted draft tokens + 1)
     declined: int = 0  # drafts found but not verified: not expected to pay for the forward
     packed_calls: int = 0  # linear layers computed over oneDNN-packed weights (decode/packed.py)
     tree_forwards: int = 0  # verify forwards that fed a tree of several branches (decode/tree.py)
@@ -119,10 +123,11 @@ class DraftedDecoding:
     :ivar draft_in_prefill: whether the first forward (the uncached prompt) also verifies
         drafts; False keeps the time to the first token that of the prompt alone (a chat turn
         computes ~30-60 tokens, where 7 draft tokens more cost ~20% of it).
-    :ivar linears: packed linear weights the forwards that verify draft tokens after the first
-        token compute with (the values differ from the model's own kernels by float rounding; a
-        one-token forward and the first forward use the model's kernels, so the packing is
-        never paid before a first token); None: the model's kernels throughout.
+    :ivar linears: packed linear weights the forwards that verify draft tokens compute with (the
+        values differ from the model's own kernels by float rounding; a one-token forward uses
+        the model's kernels, and so does the first forward unless the copies exist already and
+        it feeds at most :data:`PACKED_FIRST_FEED` tokens, so the packing is never paid before a
+        first token); None: the model's kernels throughout.
     :ivar streamer: where each new token goes (``streamer.put``, then ``streamer.end``):
         ``generate`` sends the prompt to its ``streamer`` but hands a callable
         ``custom_generate`` only the arguments that ``_sample`` lacks, so the caller's streamer
@@ -232,9 +237,12 @@ class DraftedDecoding:
                     extra["attention_mask"] = tree_mask(tree, past, dtype, ids.device)
                 else:
                     extra["position_ids"] = positions[..., past:past + feed.shape[1]]
-            # Packed weights only where draft tokens are fed after the first token: a one-token forward
-            # is plain decoding's own, and the first forward must not wait for the packing.
-            linears = self.linears if tokens and raw else None
+            # Packed weights only where draft tokens are fed: a one-token forward is plain decoding's
+            # own. The first forward uses them only when they exist already and it is a verify
+            # forward's size (it must not wait for the packing, nor run a long prefill on them).
+            packed_first = self.linears is not None and self.linears.packed is not None \
+                and feed.shape[1] <= PACKED_FIRST_FEED
+            linears = self.linears if tokens and (raw or packed_first) else None
             route = linears.get().active() if linears is not None else contextlib.nullcontext()
             t0 = time.perf_counter()
             with route:
@@ -271,6 +279,8 @@ class DraftedDecoding:
                 accepted += 1
             emitted = accepted + 1 if not done else i + 1
             c.new_tokens += emitted
+            if c.forwards == 1:
+                c.first_tokens = emitted
             if tree is not None:
                 c.record_tree(tree, path)
                 self._judge_tree(tree, chosen_now)

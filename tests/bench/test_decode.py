@@ -50,3 +50,41 @@ def test_summary_separates_noise_from_real_slowdowns() -> None:
     assert s["slower_every_round"] == 1  # the noisy answer was faster in one round
     assert s["more_forwards_than_plain"] == 1 and s["not_identical"] == 1
     assert s["forwards"] == 22 and s["tree_forwards"] == 2
+
+
+def _timed_run(s: float, ttft: float, new: int, first: int = 1) -> dict[str, object]:
+    return {**_run(s, 10, new=new), "ttft": ttft, "decode_s": s - ttft, "first": first}
+
+
+def test_decode_speedup_leaves_out_the_first_forward() -> None:
+    # plain: 0.5 s to the first token, 32 more tokens in 4.0 s; drafted: its first forward (0.6 s)
+    # also accepted 3 draft tokens, the other 29 tokens took 1.45 s: decode 20 vs 8 tok/s = 2.5x,
+    # while the whole request runs 33 tokens in 4.5 s vs 2.05 s (2.2x)
+    plain, drafted = _timed_run(4.5, 0.5, 33), _timed_run(2.05, 0.6, 33, first=4)
+    row = answer_row({"plain": [plain], "combined": [drafted]}, ("combined",))
+    cell = row["combined"]
+    assert cell["decode_speedup"] == pytest.approx(2.5)
+    assert cell["speedup"] == pytest.approx(4.5 / 2.05)
+    assert cell["ttft_ratio"] == pytest.approx(1.2)
+    s = summarize([row], ("combined",))["combined"]
+    assert s["median_decode_speedup"] == pytest.approx(2.5) and s["decode_answers"] == 1
+    # an answer the first forward finished has no decode phase: left out, not counted as fast
+    done = answer_row({"plain": [plain], "combined": [_timed_run(0.6, 0.6, 33, first=33)]}, ("combined",))
+    assert done["combined"]["decode_speedup"] is None
+    assert summarize([done], ("combined",))["combined"]["decode_answers"] == 0
+
+
+def test_every_mode_and_round_starts_from_its_own_draft_history() -> None:
+    from types import SimpleNamespace
+
+    from percache_plugin.bench.decode import _clean_history
+    from percache_plugin.decode.acceptance import AcceptanceHistory, Tally
+
+    pc = SimpleNamespace(engine=SimpleNamespace(draft_history=None))
+    start: dict[str, AcceptanceHistory] = {}
+    _clean_history(pc, "combined", start)
+    pc.engine.draft_history.merge({"prompt/4": Tally(5.0, 1.0)})  # what one round learned
+    _clean_history(pc, "combined", start)  # the next round starts where the first one did
+    assert pc.engine.draft_history.get("prompt/4").seen == 0
+    _clean_history(pc, "tree", start)
+    assert pc.engine.draft_history is not start["tree"] and start.keys() == {"combined", "tree"}

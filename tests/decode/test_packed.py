@@ -99,3 +99,37 @@ def test_drafted_decoding_with_packed_weights_keeps_the_plain_tokens() -> None:
     assert gen.token_ids == plain and gen.stats.packed_linear_calls == 0
     assert pc.engine._packing.packed is None  # switched off: the copies are freed
     pc.close()
+
+
+def test_the_first_forward_uses_packed_weights_only_when_they_exist() -> None:
+    """An earlier answer by prefix rides along with the prompt's last token: that first forward
+    computes over packed copies made earlier (a verify forward's size), but never packs itself."""
+    from percache_plugin.decode import (
+        DraftedDecoding,
+        DraftIndex,
+        DraftSchedule,
+        DraftSource,
+        VerifyCost,
+    )
+    from percache_plugin.decode.packed import PackOnDemand
+
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    ids = pc.prompt(SEGMENTS).input_ids
+    pc.close()
+    plain, _ = baseline(model, ids, max_new_tokens=8)
+    packing = PackOnDemand(model)
+    for made in (False, True):
+        if made:
+            packing.get()
+        loop = DraftedDecoding(DraftIndex([DraftSource("qa_bank", (tuple(plain),), anchored=True)], ids),
+                               DraftSchedule(cost=VerifyCost((1.0,))))
+        loop.linears = packing
+        with torch.inference_mode():  # the prompt cached but its last token, as after a chunk hit
+            cache = model(input_ids=torch.tensor([ids[:-1]]), use_cache=True).past_key_values
+            out = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, pad_token_id=0,
+                                 past_key_values=cache, custom_generate=loop)
+        assert out[0, len(ids):].tolist() == plain
+        assert loop.counts.forwards == 1 and loop.counts.first_tokens == 8  # the answer in one forward
+        assert (loop.counts.packed_calls > 0) == made
+        assert (packing.packed is not None) == made  # not made by the first forward

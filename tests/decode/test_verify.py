@@ -47,6 +47,7 @@ def test_each_source_gives_plain_greedy_tokens(family: str) -> None:
             s = gen.stats
             assert s.drafting == "on" and s.new_tokens == len(plain)
             assert s.forwards_saved == s.new_tokens - s.decode_forwards
+            assert 1 <= s.first_forward_tokens <= s.new_tokens
             assert s.tokens_accepted <= s.tokens_drafted
         if only in (("qa_bank",), ("session",)):  # text round trips may differ: only ids must be kept
             assert s.tokens_drafted > 0 and set(s.drafted_by_source) == set(only)
@@ -133,6 +134,7 @@ def test_sampling_and_the_switch_decode_plainly() -> None:
     pc.configure(drafting=False)
     gen = pc.generate(SEGMENTS, max_new_tokens=4)
     assert gen.stats.drafting == "off" and gen.stats.tokens_drafted == 0
+    assert gen.stats.first_forward_tokens == 1  # plain decoding: one token per forward
     with pytest.raises(percache.ConfigError, match="drafting"):
         pc.configure(drafting="yes")
     with pytest.raises(percache.ConfigError, match="draft_sources"):
@@ -261,6 +263,7 @@ def test_a_stop_inside_a_draft_is_not_counted_as_its_rejection() -> None:
                              eos_token_id=plain[stop], custom_generate=loop)
     assert out[0, len(ids):].tolist() == plain[:stop + 1]
     assert loop.counts.forwards == 1 and loop.counts.drafted > stop  # fed past the stop
+    assert loop.counts.first_tokens == stop + 1  # the first forward emitted the whole answer
     tally = loop.schedule.tallies["qa_bank/prefix"]
     assert tally.rejected == 0 and tally.accepted == stop
 
@@ -279,6 +282,7 @@ def test_the_first_forward_verifies_no_one_token_match() -> None:
                              custom_generate=loop)
     assert out[0, len(ids):].tolist() == plain
     assert loop.counts.forward_s[0][0] == 0  # no draft token fed with the prompt
+    assert loop.counts.first_tokens == 1
     anchored = DraftedDecoding(DraftIndex([DraftSource("qa_bank", (tuple(plain),), anchored=True)], ids),
                                DraftSchedule(cost=VerifyCost(FREE)))
     with torch.inference_mode():
