@@ -5,8 +5,11 @@ transcript chunks + question, 2,003 tokens cached, 1 torch thread), interleaved,
 calling thread's CPU time (``time.thread_time``) from the call to the first token (a logits
 processor stamps it), so that other processes on a shared machine, which stretch wall times,
 count far less. The RAM tier's handle answers once untimed (it fills the tier); every timed
-request must serve all 9 nodes from RAM. Prints the medians, the paired ratio per round, and
-the wall-clock medians beside them.
+request must serve all 9 nodes from RAM. The rounds alternate the order of the two arms (RAM
+tier then ceiling, ceiling then RAM tier), so each arm follows the other and itself equally
+often: a request's time depends on the memory state the one before leaves (freed pages the
+allocator reuses or gives back). Prints the medians, the paired ratio per round, the wall-clock
+medians, and per order the medians and minor page faults.
 
     python benchmarks/ram_tier_cpu.py --data ../shared/data/qmsum --repeats 15
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import resource
 import statistics
 import tempfile
 import time
@@ -66,21 +70,31 @@ def main() -> None:
         pc.close()
         ram = enable(model, tok, store=store, ram_cache_bytes=1 << 28)
         ram.generate(segments, max_new_tokens=1)
-        for _ in range(args.repeats):
-            stamp = Stamp()
-            c0, w0 = time.thread_time(), time.perf_counter()
-            g = ram.generate(segments, max_new_tokens=1, do_sample=False,
-                             logits_processor=LogitsProcessorList([stamp]))
-            if g.stats.ram_hits != g.stats.nodes_reused or g.stats.nodes_reused != 9:
-                raise SystemExit(f"not every node came from RAM: {g.stats}")
-            _record(cpu, wall, "ram_tier", stamp, c0, w0)
-            cache: Any = copy.deepcopy(full)
-            stamp = Stamp()
-            c0, w0 = time.thread_time(), time.perf_counter()
-            with torch.no_grad():  # the handle's attention, like bench ttft's ceiling
-                model.generate(ids, past_key_values=cache, max_new_tokens=1, do_sample=False,
-                               logits_processor=LogitsProcessorList([stamp]))
-            _record(cpu, wall, "ceiling", stamp, c0, w0)
+        faults: dict[str, list[int]] = {"ram_tier": [], "ceiling": []}
+        after: dict[str, list[str]] = {"ram_tier": [], "ceiling": []}
+        prev = "ram_tier"  # the untimed fill request
+        for r in range(args.repeats):
+            for arm in (("ram_tier", "ceiling") if r % 2 == 0 else ("ceiling", "ram_tier")):
+                stamp = Stamp()
+                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                if arm == "ram_tier":
+                    c0, w0 = time.thread_time(), time.perf_counter()
+                    g = ram.generate(segments, max_new_tokens=1, do_sample=False,
+                                     logits_processor=LogitsProcessorList([stamp]))
+                    if g.stats.ram_hits != g.stats.nodes_reused or g.stats.nodes_reused != 9:
+                        raise SystemExit(f"not every node came from RAM: {g.stats}")
+                    del g
+                else:
+                    cache: Any = copy.deepcopy(full)
+                    c0, w0 = time.thread_time(), time.perf_counter()
+                    with torch.no_grad():  # the handle's attention, like bench ttft's ceiling
+                        model.generate(ids, past_key_values=cache, max_new_tokens=1, do_sample=False,
+                                       logits_processor=LogitsProcessorList([stamp]))
+                    del cache
+                _record(cpu, wall, arm, stamp, c0, w0)
+                faults[arm].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+                after[arm].append(prev)
+                prev = arm
         ram.close()
     for arm in cpu:
         print(f"{arm:9s} CPU to first token: median {statistics.median(cpu[arm]) * 1000:.1f} ms "
@@ -89,6 +103,13 @@ def main() -> None:
     print(f"RAM tier / ceiling, CPU: ratio of medians {statistics.median(cpu['ram_tier']) / statistics.median(cpu['ceiling']):.3f}, "
           f"paired median {statistics.median(paired):.3f} (range {min(paired):.3f}-{max(paired):.3f}); "
           f"wall: ratio of medians {statistics.median(wall['ram_tier']) / statistics.median(wall['ceiling']):.3f}")
+    for arm in cpu:
+        for before in ("ram_tier", "ceiling"):
+            sel = [i for i, p in enumerate(after[arm]) if p == before]
+            if sel:
+                print(f"{arm:9s} after {before:9s} (n={len(sel)}): CPU median "
+                      f"{statistics.median(cpu[arm][i] for i in sel) * 1000:.1f} ms, minor faults median "
+                      f"{statistics.median(faults[arm][i] for i in sel):.0f}")
 
 
 def _record(cpu: dict[str, list[float]], wall: dict[str, list[float]], arm: str, stamp: Stamp,

@@ -2,13 +2,21 @@
 store read cold (files dropped from the page cache) and warm, the RAM tier, and the in-memory
 ceiling (``generate`` over a cache already built, only the uncached suffix computed), run with
 the handle's attention like the cached arms (``ceiling``) and with the model's own
-(``ceiling_model_attention``, the plugin disabled, like ``plain``)."""
+(``ceiling_model_attention``, the plugin disabled, like ``plain``).
+
+Each repeat runs every arm once, in the orders of a balanced Latin square
+(:mod:`~percache_plugin.bench.arm_order`): over 6 repeats every arm runs directly after every
+other arm once, so no arm always meets the memory state one particular arm leaves behind; the
+result gives the RAM tier's and the ceiling's medians per arm run just before them, and each
+arm's minor page faults. The RAM tier and the ceiling arms both time their second request (the
+first fills the tier, or runs the ceiling once untimed)."""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +28,7 @@ from transformers import DynamicCache
 
 from ..bundled import load_smollm2
 from ..handle import enable
+from .arm_order import arm_orders, balanced_repeats, predecessors
 from .common import (
     DEFAULT_QMSUM,
     THREADS_HELP,
@@ -41,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, default=DEFAULT_QMSUM, help="QMSum folder (real transcripts)")
     p.add_argument("--chunks", type=int, default=8, help="reusable chunks in the prompt")
     p.add_argument("--words", type=int, default=170, help="words per chunk (about 1.4 tokens each)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs of each side")
+    p.add_argument("--repeats", type=int, default=6, help="timed runs of each arm, in rotated orders (balanced over a multiple of 6)")
     p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--storage-dtype", default=None, help="store K/V as this dtype (default: model's)")
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification on load")
@@ -64,11 +73,21 @@ def drop_page_cache(folder: str | Path) -> int:
     return n
 
 
-def _ceiling(model: Any, ids: torch.Tensor, cache: Any) -> float:
-    """``generate`` over a cache already in memory: only the uncached suffix is computed."""
-    t0 = time.perf_counter()
-    model.generate(ids, past_key_values=cache, max_new_tokens=1, do_sample=False)
-    return time.perf_counter() - t0
+def _ceiling(model: Any, ids: torch.Tensor, full: Any) -> tuple[float, int]:
+    """``generate`` over a cache already in memory: only the uncached suffix is computed. One
+    untimed request first, like the RAM tier arm's fill request, so both arms time their second
+    request of their kind; ``generate`` extends the cache it gets, hence a copy per request."""
+    with torch.no_grad():
+        model.generate(ids, past_key_values=copy.deepcopy(full), max_new_tokens=1, do_sample=False)
+        cache = copy.deepcopy(full)
+        f0, t0 = _faults(), time.perf_counter()
+        model.generate(ids, past_key_values=cache, max_new_tokens=1, do_sample=False)
+        return time.perf_counter() - t0, _faults() - f0
+
+
+def _faults() -> int:
+    """Minor page faults of this process so far (fresh pages the allocator touched)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -93,32 +112,53 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             model(ids[:, :n_cached], past_key_values=full, use_cache=True)
         bytes_stored = pc.store.total_bytes()
         pc.close()
+        reused: dict[str, int] = {"ceiling": n_cached, "ceiling_model_attention": n_cached}
+        last: dict[str, Any] = {}
+
+        def timed(arm: str, h: Any) -> tuple[float, int]:
+            f0 = _faults()
+            g = h.generate(segments, **gen)
+            reused[arm], last[arm] = g.stats.tokens_reused, g.stats
+            return g.stats.ttft_s, _faults() - f0
+
+        def disk(arm: str) -> tuple[float, int]:
+            if arm == "disk_cold":
+                drop_page_cache(Path(store) / "kv")
+            with enable(model, tok, store=store, ram_cache_bytes=0, **opts) as h:  # K/V from disk
+                return timed(arm, h)
+
+        def ram_tier(arm: str) -> tuple[float, int]:
+            with enable(model, tok, store=store, ram_cache_bytes=args.ram_bytes, **opts) as h:
+                h.generate(segments, **gen)  # fills the RAM tier (untimed)
+                out = timed(arm, h)
+            if last[arm].ram_hits != last[arm].nodes_reused:
+                raise RuntimeError(f"the RAM tier arm read nodes from disk: {last[arm]}")
+            return out
+
+        def ceiling(arm: str) -> tuple[float, int]:  # the same attention as the cached arms (the handle's)
+            with enable(model, tok, store=store, ram_cache_bytes=0, **opts):
+                return _ceiling(model, ids, full)
+
+        def plain(arm: str) -> tuple[float, int]:  # the model's own attention, every token computed
+            with enable(model, tok, store=store, ram_cache_bytes=0, **opts) as h, h.disabled():
+                return timed(arm, h) if arm == "plain" else _ceiling(model, ids, full)
+
+        do = {"plain": plain, "disk_cold": disk, "disk_warm": disk, "ram_tier": ram_tier,
+              "ceiling": ceiling, "ceiling_model_attention": plain}
+        orders = arm_orders(ARMS, args.repeats)
         arms: dict[str, list[float]] = {a: [] for a in ARMS}
-        reused: dict[str, int] = {}
-        # Interleaved, so every arm sees the same machine load.
-        for _ in tqdm(range(args.repeats), desc="bench ttft", unit="repeat", disable=None):
-            for arm in ("disk_cold", "disk_warm"):
-                if arm == "disk_cold":
-                    drop_page_cache(Path(store) / "kv")
-                disk = enable(model, tok, store=store, ram_cache_bytes=0, **opts)  # reopen: K/V from disk
-                g = disk.generate(segments, **gen)
-                disk.close()
-                arms[arm].append(g.stats.ttft_s)
-                reused[arm] = g.stats.tokens_reused
-            ram = enable(model, tok, store=store, ram_cache_bytes=args.ram_bytes, **opts)
-            ram.generate(segments, **gen)  # fills the RAM tier (untimed)
-            g = ram.generate(segments, **gen)
-            arms["ram_tier"].append(g.stats.ttft_s)
-            reused["ram_tier"] = g.stats.tokens_reused
-            with torch.no_grad():  # the same attention as the cached arms (the handle's)
-                arms["ceiling"].append(_ceiling(model, ids, copy.deepcopy(full)))
-            with ram.disabled():
-                arms["plain"].append(ram.generate(segments, **gen).stats.ttft_s)
-                with torch.no_grad():  # the model's own attention
-                    arms["ceiling_model_attention"].append(_ceiling(model, ids, copy.deepcopy(full)))
-            ram.close()
-        stored_tokens = sum(p.n_tokens for p in prompt.reusable)
+        faults: dict[str, list[int]] = {a: [] for a in ARMS}
+        # Every arm follows every other arm equally often (a balanced Latin square over the
+        # repeats), so no arm is favoured by the memory state the one before leaves behind.
+        for order in tqdm(orders, desc="bench ttft", unit="repeat", disable=None):
+            for arm in order:
+                t, f = do[arm](arm)
+                arms[arm].append(t)
+                faults[arm].append(f)
+        before = predecessors(orders)
         med = {a: median(v) for a, v in arms.items()}
+        by_order = _by_predecessor(arms, before, ("ram_tier", "ceiling"))
+        stored_tokens = sum(p.n_tokens for p in prompt.reusable)
         result = {
             "model": "SmolLM2-135M-Instruct (GGUF Q4_1, fp32)",
             "prompt_tokens": prompt.n_tokens,
@@ -129,7 +169,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ttft_median_s": med,
             "speedup_vs_plain": {a: med["plain"] / med[a] for a in ARMS},
             "ram_tier_vs_ceiling": med["ram_tier"] / med["ceiling"],
-            "tokens_reused": {**reused, "ceiling": n_cached},
+            "ram_tier_vs_ceiling_paired": median([r / c for r, c in zip(arms["ram_tier"], arms["ceiling"], strict=True)]),
+            "orders": orders,
+            "balanced": args.repeats % balanced_repeats(len(ARMS)) == 0,
+            "predecessors": before,
+            "median_by_predecessor_s": by_order,
+            "minor_faults_median": {a: median([float(x) for x in v]) for a, v in faults.items()},
+            "minor_faults": faults,
+            "tokens_reused": reused,
             "cold_ttft_s": cold.stats.ttft_s,
             "bytes_stored": bytes_stored,
             "bytes_per_token": bytes_stored / max(1, stored_tokens),
@@ -147,6 +194,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         [[a, f"{med[a]:.3f} s", f"{med['plain'] / med[a]:.1f}x", reused.get(a, n_cached if a.startswith("ceiling") else 0)]
          for a in ARMS],
     ))
-    print(f"prompt {prompt.n_tokens} tokens; RAM tier / ceiling = {result['ram_tier_vs_ceiling']:.2f}")
+    print(f"prompt {prompt.n_tokens} tokens; RAM tier / ceiling = {result['ram_tier_vs_ceiling']:.2f} "
+          f"(paired {result['ram_tier_vs_ceiling_paired']:.2f}; arm orders "
+          f"{'balanced' if result['balanced'] else 'not balanced: repeats not a multiple of ' + str(balanced_repeats(len(ARMS)))})")
+    print(markdown_table(
+        ["run just before", *(f"{a} (median, n)" for a in by_order)],
+        [[p, *(f"{by_order[a][p][0]:.3f} s, {by_order[a][p][1]}" if p in by_order[a] else "-" for a in by_order)]
+         for p in ["start", *ARMS]
+         if any(p in by_order[a] for a in by_order)],
+    ))
     write_json(args.json, result)
     return result
+
+
+def _by_predecessor(arms: dict[str, list[float]], before: list[dict[str, str]],
+                    which: tuple[str, ...]) -> dict[str, dict[str, tuple[float, int]]]:
+    """Per arm in ``which``: its median time and count per arm run just before it."""
+    out: dict[str, dict[str, tuple[float, int]]] = {}
+    for arm in which:
+        groups: dict[str, list[float]] = {}
+        for t, prev in zip(arms[arm], before, strict=True):
+            groups.setdefault(prev[arm], []).append(t)
+        out[arm] = {p: (median(v), len(v)) for p, v in sorted(groups.items())}
+    return out
