@@ -45,3 +45,13 @@ def test_bad_arms_and_repeats_are_refused() -> None:
         balanced_orders([])
     with pytest.raises(ValueError, match="repeats"):
         arm_orders(["a"], -1)
+
+
+def test_bench_ttft_groups_times_by_the_arm_run_before() -> None:
+    from percache_plugin.bench.ttft import _by_predecessor
+
+    orders = [["r", "c"], ["c", "r"], ["r", "c"], ["c", "r"]]
+    arms = {"r": [1.0, 2.0, 3.0, 4.0], "c": [10.0, 20.0, 30.0, 40.0]}
+    got = _by_predecessor(arms, predecessors(orders), ("r", "c"))
+    assert got["r"] == {"start": (1.0, 1), "c": (3.0, 2), "r": (3.0, 1)}
+    assert got["c"] == {"r": (20.0, 2), "c": (30.0, 2)}
