@@ -57,6 +57,9 @@ class IdleReport:
         ``"preempted"``.
     :ivar disputed: stored answers put out of service because a regenerated answer
         contradicted them (see :mod:`percache_plugin.disputes`).
+    :ivar skipped_by_kind: tasks that left the queue without doing their work (a ``warm``
+        task that found the K/V store at ``kv_warm_max_share`` of its limit, or its chunk
+        gone), by kind; not counted in ``tasks_run`` or ``by_kind``.
     """
 
     tasks_run: int = 0
@@ -71,10 +74,13 @@ class IdleReport:
     remaining_by_kind: dict[str, int] = field(default_factory=dict)
     stopped_by: str = "done"
     disputed: int = 0
+    skipped_by_kind: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One line: what ran, what it cost, what remains."""
         ran = ", ".join(f"{n} {k}" for k, n in sorted(self.by_kind.items())) or "nothing"
+        if self.skipped_by_kind:
+            ran += "; skipped " + ", ".join(f"{n} {k}" for k, n in sorted(self.skipped_by_kind.items()))
         left = ", ".join(f"{n} {k}" for k, n in sorted(self.remaining_by_kind.items())) or "nothing"
         return (f"{self.tasks_run} tasks in {self.seconds:.1f} s ({ran}); {self.prefill_tokens} prompt + "
                 f"{self.decode_tokens} decoded tokens; {len(self.predicted)} questions predicted; "

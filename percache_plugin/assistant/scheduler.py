@@ -129,13 +129,18 @@ def queue_conversions(a: Assistant, old: Any, new: Any) -> int:
 
 
 def run_task(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    """Run one task; it leaves the queue only if it finished (not on error or preemption)."""
+    """Run one task; it leaves the queue only if it finished (not on error or preemption).
+    A task whose runner counted itself in ``report.skipped_by_kind`` (nothing to do) leaves
+    the queue but is not counted as run."""
     if task.kind not in a.task_runners:  # queued by a plugin that is gone: drop it, say so
         log.warning("percache: dropping idle task of unregistered kind %r", task.kind)
         a.idle_queue.done(task)
         return
+    skipped = sum(report.skipped_by_kind.values())
     a.task_runners[task.kind](a.idle_context, task, report)
     a.idle_queue.done(task)
+    if sum(report.skipped_by_kind.values()) > skipped:
+        return
     cost = a.background_stats.by_kind.setdefault(task.kind, TaskCost())
     cost.tasks += 1
     report.tasks_run += 1

@@ -14,8 +14,8 @@ vector to the mean vector of the batch's chunks (a central chunk shares words wi
 questions), so an idle period cut short has warmed the likeliest ones. One task per chunk,
 preempted like the other background prefills; a task that finds the store holding
 ``Config.kv_warm_max_share`` of ``kv_byte_limit`` already in use is skipped (warming stops
-there, so it does not evict what requests stored). The cost
-is counted under the ``warm`` kind of the background stats.
+there, so it does not evict what requests stored; counted in ``IdleReport.skipped_by_kind``,
+not as a task run). The cost is counted under the ``warm`` kind of the background stats.
 """
 
 from __future__ import annotations
@@ -69,17 +69,14 @@ def warm_chunk(c: IdleContext, task: IdleTask, report: IdleReport) -> Generation
     K/V after the system prompt, exactly (a chunk stored there already is served, not computed
     again; a copy stored elsewhere is not used).
     Returns the prefill's stats, or None when nothing ran: warming or K/V off, the chunk gone,
-    or the store already holding ``kv_warm_max_share`` of its byte limit (counted in
-    ``report.by_kind["warm_skipped"]``)."""
+    or the store already holding ``kv_warm_max_share`` of its byte limit (each counted in
+    ``report.skipped_by_kind["warm"]``, not as a task run)."""
     config = c.ctx.config
-    if not (config.kv_warm and config.use_kv):
-        return None
-    chunks = c.ctx.hooks.resolve_chunks(c.ctx, (task.question,))
-    if not chunks:
-        return None  # forgotten since it was queued
+    chunks = c.ctx.hooks.resolve_chunks(c.ctx, (task.question,)) if config.kv_warm and config.use_kv else None
     limit = config.kv_byte_limit
-    if limit is not None and c.ctx.engine.store.total_bytes() >= config.kv_warm_max_share * limit:
-        report.by_kind["warm_skipped"] = report.by_kind.get("warm_skipped", 0) + 1
+    # off since it was queued, the chunk forgotten, or the store at warming's share
+    if not chunks or (limit is not None and c.ctx.engine.store.total_bytes() >= config.kv_warm_max_share * limit):
+        report.skipped_by_kind[WARM_KIND] = report.skipped_by_kind.get(WARM_KIND, 0) + 1
         return None
     # exact_only: a copy of the chunk stored elsewhere (by a summary's or a prediction's
     # prompt) would otherwise be reused shifted, and the approximate result not stored in the tree

@@ -76,3 +76,5 @@ class IdleWorker:
             self.report.predicted.extend(r.predicted)
             for k, v in r.by_kind.items():
                 self.report.by_kind[k] = self.report.by_kind.get(k, 0) + v
+            for k, v in r.skipped_by_kind.items():
+                self.report.skipped_by_kind[k] = self.report.skipped_by_kind.get(k, 0) + v

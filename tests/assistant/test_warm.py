@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -74,10 +75,24 @@ def test_exact_reuse_only_serves_the_first_chunk_exactly() -> None:
 def test_warming_stops_at_its_share_of_the_byte_limit() -> None:
     pc = _pc(kv_byte_limit=10**9, kv_warm_max_share=1e-9)
     report = pc.idle()
-    assert report.by_kind.get("warm", 0) == len(_chunk_ids(pc))  # the tasks ran and left the queue
-    # the first finds the store empty and stores its chunk; the others find it over the share
-    assert report.by_kind["warm_skipped"] == len(_chunk_ids(pc)) - 1
+    n = len(_chunk_ids(pc))
+    assert n > 1 and report.remaining == 0  # every task left the queue
+    # the first finds the store empty and stores its chunk; the others find it over the share,
+    # do nothing and are counted as skipped, not as work done
+    assert report.by_kind == {"warm": 1} and report.tasks_run == 1
+    assert report.skipped_by_kind == {"warm": n - 1}
+    assert pc.background_stats.by_kind["warm"].tasks == 1
+    assert "skipped " + str(n - 1) + " warm" in report.summary()
     assert len(pc.store.nodes()) == 2  # the system prompt and one chunk
+
+
+def test_a_warm_task_whose_chunk_is_gone_is_skipped() -> None:
+    pc = _pc()
+    gone = _chunk_ids(pc)[0]
+    assert pc.knowledge.remove_chunks([gone]) == 1
+    report = pc.idle()
+    assert report.skipped_by_kind == {"warm": 1} and report.remaining == 0
+    assert report.by_kind == {"warm": len(_chunk_ids(pc))}
 
 
 def test_no_warming_without_kv() -> None:
@@ -115,3 +130,29 @@ def test_exact_only_prefill_computes_what_shifted_reuse_would_serve() -> None:
     exact = pc2.engine.prefill(segments, exact_only=True).stats
     assert exact.tokens_shifted == 0 and exact.tokens_recomputed == 0 and not exact.approximate
     assert exact.tokens_computed > shifted.tokens_computed
+
+
+def test_a_foreground_request_preempts_warming_between_prefill_chunks() -> None:
+    pc = _pc(background_prefill_chunk=4)
+    n = len(_chunk_ids(pc))
+    p = pc.engine.preemption
+    p.background = threading.get_ident()  # this thread plays the idle worker
+    lengths: list[int] = []
+
+    def arrive(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        lengths.append(kwargs["input_ids"].shape[1])
+        if len(lengths) == 2:
+            p.flag.set()  # a foreground request arrives during the second chunk
+
+    hook = pc.model.get_decoder().register_forward_pre_hook(arrive, with_kwargs=True)
+    try:
+        report = pc.idle()
+    finally:
+        hook.remove()
+        p.background = None
+        p.flag.clear()
+    assert lengths == [4, 4]  # stopped before the third chunk
+    assert report.stopped_by == "preempted" and report.preempted == 1 and report.tasks_run == 0
+    assert report.remaining_by_kind == {"warm": n}  # the interrupted task stays queued
+    assert not any(pc.kv_cached(_warm_segments(pc, cid)) for cid in _chunk_ids(pc))
+    assert pc.idle().by_kind == {"warm": n}  # and runs in full later
