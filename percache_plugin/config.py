@@ -138,9 +138,11 @@ class Config:
         "Store each new document chunk's K/V once in idle time (task kind 'warm', most "
         "central chunks first), right after the system prompt, so later prompts reuse the "
         "first retrieved chunk exactly and, with reuse='shifted', the others shifted. Its "
-        "compute is counted in the background stats; needs use_kv. Off by default (percache "
-        "bench e2e turns it on for percache; docs/BENCHMARKS.md, 'End to end').",
-        False,
+        "compute is counted in the background stats (kind 'warm'); needs use_kv. On by default: "
+        "it runs only in idle time, yields to requests like every idle task, and stops at "
+        "kv_warm_max_share of kv_byte_limit, so it never evicts (docs/BENCHMARKS.md, 'End to "
+        "end'). False turns it off.",
+        True,
     )
     kv_warm_max_share: float = _help(
         "Warming stops once the K/V store holds this share of kv_byte_limit, leaving the rest "

@@ -37,9 +37,12 @@ def test_miss_then_hit_then_deferred_answer() -> None:
     again = pc.ask("When is the choir rehearsal ?", scope="alice", **GEN)
     assert again.source == "qa_bank" and again.text == first.text
     assert again.matched_question == "When is the choir rehearsal?"
-    assert [t.kind for t in pc.idle_queue.pending()] == ["answer"]
+    # the documents queued one warm task per chunk (Config.kv_warm, on by default), the hit
+    # its own answer
+    assert [t.kind for t in pc.idle_queue.pending()] == ["warm"] * len(DOCS) + ["answer"]
     report = pc.idle()
-    assert report.tasks_run == 1 and report.remaining == 0 and report.decode_tokens > 0
+    assert report.by_kind == {"warm": len(DOCS), "answer": 1}
+    assert report.tasks_run == len(DOCS) + 1 and report.remaining == 0 and report.decode_tokens > 0
     assert len(pc.qa_bank.entries(scope="alice")) == 2
 
 
@@ -69,10 +72,13 @@ def test_new_documents_mark_answers_stale_and_refresh_them() -> None:
     pc.add_documents(["Ana: correction, the choir rehearsal is on Thursday now."], scope="alice")
     (entry,) = pc.qa_bank.entries(scope="alice")
     assert entry.stale
-    assert [(t.kind, t.question) for t in pc.idle_queue.pending()] == [
-        ("refresh", "When is the choir rehearsal?")]
+    chunks = pc.knowledge.chunk_ids()
+    assert len(chunks) == 3
+    # the refresh, and one warm task per chunk (Config.kv_warm, on by default)
+    assert sorted((t.kind, t.question) for t in pc.idle_queue.pending()) == sorted(
+        [("refresh", "When is the choir rehearsal?"), *(("warm", c) for c in chunks)])
     report = pc.idle()
-    assert report.by_kind == {"refresh": 1}
+    assert report.by_kind == {"warm": 3, "refresh": 1}
     (entry,) = pc.qa_bank.entries(scope="alice")
     assert not entry.stale
     assert pc.ask("When is the choir rehearsal?", scope="alice", **GEN).source == "qa_bank"

@@ -38,7 +38,8 @@ def test_high_threshold_prefills_only() -> None:
     pc = _pc(similarity_threshold=0.95, population_cutoff=0.9)
     _populate(pc)
     report = pc.idle()
-    assert report.by_kind == {"populate": 2} and report.decode_tokens == 0
+    # the documents' chunks are warmed too (Config.kv_warm, on by default): prefill only
+    assert report.by_kind == {"warm": len(DOCS), "populate": 2} and report.decode_tokens == 0
     entries = pc.qa_bank.entries(scope="u")
     assert {e.question for e in entries} == set(PREDICTED)
     assert all(e.answer is None and e.origin == "predicted" for e in entries)
@@ -142,11 +143,12 @@ def test_documents_trigger_per_chunk_predictions_then_abstract() -> None:
     report = pc.add_documents(DOCS, scope="u")
     pending = pc.idle_queue.pending()
     n = len(report.new_chunks)
-    assert [t.kind for t in pending] == ["predict_knowledge"] * (2 * n) + ["abstract"]
+    # then their K/V is warmed, one task per chunk (Config.kv_warm, on by default)
+    assert [t.kind for t in pending] == ["predict_knowledge"] * (2 * n) + ["abstract"] + ["warm"] * n
     assert {t.question for t in pending[:n]} == {f"chunk {c.id}" for c in report.new_chunks}
+    assert {t.question for t in pending[-n:]} == {c.id for c in report.new_chunks}
     assert pc.idle_queue.peek() is None  # the background worker waits for the quiet period
-    pc.idle_queue.done(pending[-1])
-    for t in pending[:-1]:
+    for t in pending:
         pc.idle_queue.done(t)
     assert pc.predict("knowledge", scope="u") == n
     assert all(t.kind == "predict_knowledge" for t in pc.idle_queue.pending())
@@ -165,8 +167,9 @@ def test_explicit_idle_does_not_wait_for_the_quiet_period() -> None:
 
 def test_budget_stops_at_the_next_token() -> None:
     model, tok = tiny_pair("llama", num_hidden_layers=4)
+    # kv_warm off: the budget must stop this populate's decoding, not the warm tasks queued first
     pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.8,
-                         population_cutoff=0.9, background_max_new_tokens=7000)
+                         population_cutoff=0.9, background_max_new_tokens=7000, kv_warm=False)
     pc.add_documents(DOCS, scope="u")
     pc.idle_queue.push("populate", PREDICTED[0], "u")
     # One decode step of this model, measured.
@@ -183,8 +186,9 @@ def test_budget_stops_at_the_next_token() -> None:
 
 def test_foreground_preempts_background_decoding() -> None:
     model, tok = tiny_pair("llama", num_hidden_layers=4)
+    # kv_warm off: this is about a decoding task (warming is preempted in tests/assistant/test_warm.py)
     pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.8,
-                         population_cutoff=0.9, background_max_new_tokens=4000)
+                         population_cutoff=0.9, background_max_new_tokens=4000, kv_warm=False)
     pc.add_documents(DOCS, scope="u")
     decoding = threading.Event()
 

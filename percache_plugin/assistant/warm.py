@@ -16,6 +16,7 @@ preempted like the other background prefills; a task that finds the store holdin
 ``Config.kv_warm_max_share`` of ``kv_byte_limit`` already in use is skipped (warming stops
 there, so it does not evict what requests stored; counted in ``IdleReport.skipped_by_kind``,
 not as a task run). The cost is counted under the ``warm`` kind of the background stats.
+On by default; ``kv_warm=False`` turns it off.
 """
 
 from __future__ import annotations

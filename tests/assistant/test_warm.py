@@ -95,6 +95,13 @@ def test_a_warm_task_whose_chunk_is_gone_is_skipped() -> None:
     assert report.by_kind == {"warm": len(_chunk_ids(pc))}
 
 
+def test_warming_is_on_by_default_and_switches_off() -> None:
+    assert percache.Config().kv_warm is True
+    off = _pc(kv_warm=False)
+    assert not [t for t in off.idle_queue.pending() if t.kind == "warm"]
+    assert "warm" not in off.idle().by_kind
+
+
 def test_no_warming_without_kv() -> None:
     pc = _pc(use_kv=False)
     assert not [t for t in pc.idle_queue.pending() if t.kind == "warm"]
