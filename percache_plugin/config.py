@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 
 from .rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_MIN_OVERLAP, DEFAULT_TAU, MEANING_GUARDS
+from .rag.wordnet import WordNetMissing, wordnet_dir
 
 __all__ = ["Config", "ConfigError", "check_store_path"]
 
@@ -222,7 +223,9 @@ class Config:
         "candidates reach tau and pass the other guards), 'joint' (off by default: one "
         "logistic rule over the similarity and combined's features, meant for "
         "similarity_threshold=0.66; one embedder call per lookup whose candidates reach tau "
-        "and pass the other guards), 'words' (content-word overlap; "
+        "and pass the other guards), 'lexical' (off by default: refuses a word swapped for "
+        "one WordNet does not relate to it, 'favorite food' / 'favorite drink'; meant with "
+        "'joint'; needs pip install 'percache[wordnet]'), 'words' (content-word overlap; "
         "off by default: it "
         "costs paraphrase hits). () turns "
         "them all off. A refusal is named in Answer.rejected_by; a hit served while a guard "
@@ -231,7 +234,8 @@ class Config:
         tuple(g for g in MEANING_GUARDS if g in DEFAULT_MEANING_GUARDS),
     )
     audit_meaning_guards: bool = _help(
-        "Also run the 'residue', 'align', 'combined' and 'joint' meaning guards while they are "
+        "Also run the 'residue', 'align', 'combined', 'joint' and 'lexical' (when WordNet is "
+        "installed) meaning guards while they are "
         "switched off, so "
         "that the hits they "
         "would have refused are counted in qa_bank.stats()['served_with_guard_off'] (an "
@@ -539,6 +543,11 @@ class Config:
             raise ConfigError(f"meaning_guards: unknown guard {unknown[0]!r}; known: {MEANING_GUARDS}")
         if len(set(guards)) != len(guards):
             raise ConfigError(f"meaning_guards names a guard twice: {guards!r}")
+        if "lexical" in guards:
+            try:
+                wordnet_dir()
+            except WordNetMissing as exc:
+                raise ConfigError(f"meaning_guards: {exc}") from None
         self.meaning_guards = tuple(guards)
 
     def _check_session(self) -> None:

