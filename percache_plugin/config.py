@@ -225,7 +225,7 @@ class Config:
         "similarity_threshold=0.66; one embedder call per lookup whose candidates reach tau "
         "and pass the other guards), 'lexical' (off by default: refuses a word swapped for "
         "one WordNet does not relate to it, 'favorite food' / 'favorite drink'; meant with "
-        "'joint'; needs pip install 'percache[wordnet]'), 'words' (content-word overlap; "
+        "'joint'; needs pip install 'percache-plugin[wordnet]'), 'words' (content-word overlap; "
         "off by default: it "
         "costs paraphrase hits). () turns "
         "them all off. A refusal is named in Answer.rejected_by; a hit served while a guard "

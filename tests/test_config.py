@@ -104,5 +104,5 @@ def test_lexical_meaning_guard_needs_wordnet_named_at_configure(
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "wn" else real(name, *a))
-    with pytest.raises(ConfigError, match="meaning_guards.*pip install 'percache\\[wordnet\\]'"):
+    with pytest.raises(ConfigError, match="meaning_guards.*pip install 'percache-plugin\\[wordnet\\]'"):
         Config(meaning_guards=("roles", "lexical"))

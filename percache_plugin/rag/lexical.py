@@ -29,7 +29,7 @@ uncovered word of the other
 The constants were chosen on dev data only (``benchmarks/qa_lexical_dev.py``, which prints the
 figures: the dev pairs of ``qa_joint_fit.py`` and 26 hand-written dev swaps,
 ``benchmarks/data/qa_swaps_dev.json``). Off by default; meant with ``joint``. The guard needs
-the WordNet data files (``pip install 'percache[wordnet]'``, :mod:`percache_plugin.rag.wordnet`),
+the WordNet data files (``pip install 'percache-plugin[wordnet]'``, :mod:`percache_plugin.rag.wordnet`),
 read once per process on first use (1-2 s of CPU); it runs only for candidates that reach tau
 and pass every other guard.
 """

