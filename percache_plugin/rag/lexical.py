@@ -30,7 +30,7 @@ The constants were chosen on dev data only (``benchmarks/qa_lexical_dev.py``, wh
 figures: the dev pairs of ``qa_joint_fit.py`` and 26 hand-written dev swaps,
 ``benchmarks/data/qa_swaps_dev.json``). Off by default; meant with ``joint``. The guard needs
 the WordNet data files (``pip install 'percache-plugin[wordnet]'``, :mod:`percache_plugin.rag.wordnet`),
-read once per process on first use (1-2 s of CPU); it runs only for candidates that reach tau
+read once per process on first use (about 0.3 s of CPU); it runs only for candidates that reach tau
 and pass every other guard.
 
 Measured on held-out data (docs/BENCHMARKS.md, "QA bank: a WordNet guard for same-kind swaps"):
