@@ -8,8 +8,12 @@ QA bank only (the stored answers of the nearest questions), from the session onl
 to the earlier paraphrases of the same meeting, as in a conversation), and from every source
 (``combined``: as ``Config`` has it; ``chain``: every source, one draft per forward; ``tree``:
 every source, token trees). The prompt's chunks are cached before the timed runs, so a request
-is one token of prefill and ``--new-tokens`` of decoding; decode speed is new tokens over the
-whole request's time. Every drafted answer is checked token for token against the plain one.
+is one token of prefill and ``--new-tokens`` of decoding. Two speeds are reported: the request's
+(new tokens over the whole request's time) and the decode phase's (the tokens after the first
+forward over the time after it: the prompt forward and the reuse path are time to first token,
+reported as a ratio to plain). Each mode keeps its own draft history, and every round of an
+answer starts from the state before it. Every drafted answer is checked token for token against
+the plain one.
 
 With ``--repeats R`` each answer is decoded R times per mode, the modes interleaved (plain
 first in even rounds, last in odd ones); an answer's speed-up is the median over rounds of its
