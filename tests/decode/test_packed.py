@@ -97,7 +97,7 @@ def test_drafted_decoding_with_packed_weights_keeps_the_plain_tokens() -> None:
     pc.configure(draft_packed_linears=False)
     gen = pc.generate(SEGMENTS, max_new_tokens=24)
     assert gen.token_ids == plain and gen.stats.packed_linear_calls == 0
-    assert pc.engine._packing.packed is None  # switched off: the copies are freed
+    assert not pc.engine.drafts.packed  # switched off: the copies are freed
     pc.close()
 
 

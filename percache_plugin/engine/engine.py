@@ -1,8 +1,4 @@
-"""The K/V engine: owns the model switch, the K/V store and the plugins; runs requests.
-
-It knows nothing of the assistant (banks, ask, idle work): :class:`~percache_plugin.handle.PerCache`
-composes an :class:`Engine` with an :class:`~percache_plugin.assistant.Assistant`.
-"""
+"""The K/V engine: owns the model switch, the K/V store and the plugins; runs requests."""
 
 from __future__ import annotations
 
@@ -14,50 +10,31 @@ from pathlib import Path
 from typing import Any
 
 import pluggy
-import torch
 
-from .attention.backend import AttentionSwitch, install, release, uninstall
-from .attention.capability import capabilities_of, usable_shifter
-from .attention.hook_probe import HookProbe
-from .attention.kinds import check_reusable
-from .attention.masks import (
-    MaskFunction,
-    apply_to_additive,
-    register_mask_provider,
-    release_mask_provider,
-)
-from .attention.profile import text_config
-from .attention.rope import NotShiftable, RopeShifter
-from .attention.rope_verify import verified_shifter
-from .attention.splice import SpliceCache
-from .config import Config, ConfigError, check_store_path
-from .core.capabilities import Capabilities
-from .core.preemption import Preempted, Preemption
-from .decode import (
-    SMOLLM2_CPU_COST,
-    SMOLLM2_CPU_COST_PACKED,
-    AcceptanceHistory,
-    DraftedDecoding,
-    DraftHints,
-    DraftSchedule,
-    PackOnDemand,
-    VerifyCost,
-    greedy_reason,
-    run_generate,
-)
-from .decode.chunked import StopCheck, interrupt_check, prefill_rest
-from .decode.tree import tree_usable
-from .fingerprint import ModelFingerprint
-from .hooks.contexts import EngineContext
-from .hooks.manager import Hooks, make_plugin_manager
-from .hooks.registries import Registries
-from .kv.blocks import block_prompt, plain_ids
-from .kv.cache import empty_cache
-from .kv.stores import FingerprintStores
-from .request import Finish, Prefilled, check_length, open_request, recompute_on_corrupt
-from .reuse import ReuseRunner
-from .segments import Prompt, Segment, normalize_segments
-from .stats import Generation, GenerationStats, StatsTotals
+from ..attention.capability import capabilities_of, usable_shifter
+from ..attention.kinds import check_reusable
+from ..attention.profile import text_config
+from ..attention.rope import NotShiftable, RopeShifter
+from ..attention.rope_verify import verified_shifter
+from ..attention.splice import SpliceCache
+from ..config import Config, ConfigError, check_store_path
+from ..core.capabilities import Capabilities
+from ..core.preemption import Preempted, Preemption
+from ..decode import AcceptanceHistory, DraftedDecoding, DraftHints, run_generate
+from ..decode.chunked import StopCheck, interrupt_check, prefill_rest
+from ..fingerprint import ModelFingerprint
+from ..hooks.contexts import EngineContext
+from ..hooks.manager import Hooks, make_plugin_manager
+from ..hooks.registries import Registries
+from ..kv.blocks import block_prompt, plain_ids
+from ..kv.cache import empty_cache
+from ..kv.stores import FingerprintStores
+from ..request import Finish, Prefilled, check_length, open_request, recompute_on_corrupt
+from ..reuse import ReuseRunner
+from ..segments import Prompt, Segment, normalize_segments
+from ..stats import Generation, GenerationStats, StatsTotals
+from .drafting import DraftSetup
+from .switch import ModelSwitch
 
 __all__ = ["Engine"]
 
@@ -81,8 +58,7 @@ class Engine:
         self.lock = threading.RLock()
         self.preemption = preemption or Preemption()
         self._totals = StatsTotals()
-        self.draft_history = AcceptanceHistory()  # how drafts of each kind fared across answers
-        self._packing = PackOnDemand(model)  # Config.draft_packed_linears: packed at first use
+        self.drafts = DraftSetup(model)
         self.plugins: pluggy.PluginManager = make_plugin_manager()
         for plugin in plugins:  # before anything asks the hooks (the model profile, below)
             self.plugins.register(plugin)
@@ -95,20 +71,16 @@ class Engine:
         self.store = self.stores.get(self.fingerprint, config)
         use_template = self._template_choice(config)
         self.n_parameters = sum(p.numel() for p in model.parameters())
-        self._reuse: ReuseRunner | None = None
         rope = self._rope()  # before install: a guessed RoPE layout is probed with a forward
-        self._probe = HookProbe()
-        self._switch: AttentionSwitch = install(model, self._relay)
-        if text_config(model).model_type not in self.registries.model_profiles:  # an unknown family
-            self._switch = self._probe.verify(model, self._switch)
-        self._enabled = True
+        self._switch = ModelSwitch(model, self.hooks,  # an unknown family: verified on a forward
+                                   verify=text_config(model).model_type not in self.registries.model_profiles)
         self._closed = False
-        self.shifter, shift_reason = usable_shifter(self._switch, rope)
-        self.ctx = EngineContext(config, self.store, capabilities_of(model, self._switch, self.shifter, shift_reason), self.hooks,
+        self.shifter, shift_reason = usable_shifter(self._switch.installed, rope)
+        self.ctx = EngineContext(config, self.store, capabilities_of(model, self._switch.installed, self.shifter, shift_reason), self.hooks,
                                  self.fingerprint, tokenizer, use_template,
                                  self.registries.recompute_strategies, self.registries.buffer_policies)
         self._reuse = ReuseRunner(model, self.ctx, self.shifter)
-        register_mask_provider(model, self._mask_function)
+        self._switch.attach(self.ctx, self._reuse)
 
     @property
     def config(self) -> Config:
@@ -138,27 +110,6 @@ class Engine:
         return self.ctx.capabilities
 
     # -- model switch -------------------------------------------------------------------
-    def _relay(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
-               value: torch.Tensor, attention_mask: torch.Tensor | None,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self._probe.recording:  # enable()'s check that the hook fires once per layer
-            return self._probe.attend(module, query, key, value, attention_mask, kwargs)  # type: ignore[no-any-return]
-        assert self._reuse is not None
-        mask = self._reuse.splice_mask(query, key, kwargs)
-        if mask is not None:
-            extra = self._mask_function()
-            splice = self._reuse.active_splice
-            if extra is not None and splice is not None and splice.positions is not None:
-                mask = apply_to_additive(mask, extra, splice.positions.to(mask.device))
-            attention_mask = mask
-        return self.hooks.attention(self.ctx, module, query, key, value, attention_mask, kwargs)
-
-    def _mask_function(self) -> MaskFunction | None:
-        """The extra mask plugins AND into the model's masks (``percache_mask_function``)."""
-        if not self._enabled:
-            return None
-        return self.hooks.mask_function(self.ctx)
-
     def _rope(self) -> tuple[RopeShifter | None, str]:
         try:
             return verified_shifter(self.model, self.hooks.model_profile(self.model),
@@ -174,7 +125,7 @@ class Engine:
 
     @property
     def enabled(self) -> bool:
-        return self._enabled
+        return self._switch.enabled
 
     @property
     def closed(self) -> bool:
@@ -183,15 +134,11 @@ class Engine:
     def close(self) -> None:
         """Restore the model's own attention and close the store; requests then fail."""
         with self.lock:
-            if self._enabled:
-                uninstall(self.model, self._switch)
-                self._enabled = False
             if not self._closed:
                 self._closed = True
-                release(self.model, self._relay)
-                release_mask_provider(self.model)
+                self._switch.remove()
                 self.stores.close()
-                self._packing.where(False)  # frees the copies
+                self.drafts.release()
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
@@ -199,16 +146,8 @@ class Engine:
         with self.lock:
             if self._closed:
                 raise RuntimeError("this percache handle was closed; call enable() again")
-            if not self._enabled:
-                raise RuntimeError("the handle is already disabled (nested disabled() blocks)")
-            uninstall(self.model, self._switch)
-            self._enabled = False
-            try:
+            with self._switch.lifted():
                 yield
-            finally:
-                if self._switch.active:
-                    self.model.set_attn_implementation(self._switch.name)
-                self._enabled = True
 
     def check(self, config: Config, changed: set[str]) -> None:
         """Raise :class:`ConfigError` if ``config`` cannot apply to this engine."""
@@ -260,25 +199,25 @@ class Engine:
             raise Preempted("background generation yielded to a foreground request")
         return gen
 
+    @property
+    def draft_history(self) -> AcceptanceHistory:
+        """How drafts of each kind fared across this handle's answers."""
+        return self.drafts.history
+
+    @draft_history.setter
+    def draft_history(self, history: AcceptanceHistory) -> None:
+        self.drafts.history = history
+
     def drafting(self, prompt: Prompt, kwargs: dict[str, Any], hints: DraftHints | None,
                  stats: GenerationStats) -> DraftedDecoding | None:
         """The drafted decoding loop for a request decoding ``prompt`` with ``kwargs`` (hand it to
         :func:`~percache_plugin.decode.run_generate`), or None (``stats.drafting`` says why)."""
-        reason = "off" if not (self.config.drafting and self._enabled) else greedy_reason(self.model, kwargs)
-        if reason:
-            stats.drafting = reason
-            return None
-        sources = self.hooks.draft_sources(self.ctx, prompt, hints or DraftHints())
-        packed, cost = self._packing.where(self.config.draft_packed_linears), self.config.draft_verify_cost
-        curve = VerifyCost(cost) if cost else SMOLLM2_CPU_COST_PACKED if packed else SMOLLM2_CPU_COST
-        drafting = DraftedDecoding.from_sources(sources, prompt.input_ids, self.config.draft_sources, DraftSchedule(cost=curve, history=self.draft_history))
-        drafting.linears, drafting.tree = packed, self.config.draft_tree and tree_usable(self.model, self._mask_function())  # packs at its first verify after a first token
-        return drafting
+        return self.drafts.for_request(self.ctx, self.hooks, prompt, kwargs, hints, stats,
+                                        enabled=self.enabled, mask_function=self._switch.mask_function)
 
     def pack_linears(self) -> int:
         """Pack drafting's linear weights now (else at its first verify after a first token): their bytes, or 0."""
-        packed = self._packing.where(self.config.drafting and self.config.draft_packed_linears)
-        return packed.get().nbytes if packed else 0
+        return self.drafts.pack(self.config.drafting and self.config.draft_packed_linears)
 
     def complete(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> Generation:
         """Generate from a plain prompt (text, tokenized with the tokenizer's special tokens and
@@ -286,9 +225,9 @@ class Engine:
         ``Config.prefix_block_tokens``-token blocks that any earlier plain prompt computed."""
         ids = plain_ids(self.tokenizer, prompt)
         with self.lock:  # the keys chain the fingerprint of the weights in use now
-            if self._enabled:
+            if self.enabled:
                 self.follow_model()
-            blocks = self.hooks.plain_prompt(self.ctx, ids) if self._enabled \
+            blocks = self.hooks.plain_prompt(self.ctx, ids) if self.enabled \
                 else block_prompt(ids, self.config.prefix_block_tokens, self.fingerprint)
         return self.generate(blocks, **generate_kwargs)
 
@@ -320,15 +259,14 @@ class Engine:
         generation, completed)`` (:func:`~percache_plugin.request.open_request`; ``stop``, ``aborted``, ``exact_only``: ditto)."""
         if self._closed:
             raise RuntimeError("this percache handle was closed; call enable() again")
-        if self._enabled:
+        if self.enabled:
             self.follow_model()
         prompt = segments if isinstance(segments, Prompt) else self.prompt(segments)
         check_length(self.model, prompt, max_new)
-        if not self._enabled:
+        if not self.enabled:
             return (prompt, empty_cache(), 0, GenerationStats(prompt_tokens=prompt.n_tokens),
                     lambda cache, gen, completed: None)
-        assert self._reuse is not None
-        req = open_request(self.ctx, self._reuse, prompt, t0, self._totals, lambda: self._enabled,
+        req = open_request(self.ctx, self._reuse, prompt, t0, self._totals, lambda: self.enabled,
                            chunk=self.config.background_prefill_chunk, stop=stop, aborted=aborted, exact_only=exact_only)
         return prompt, req.cache, req.served, req.stats, req.finish
 
@@ -336,7 +274,7 @@ class Engine:
     @property
     def active_splice(self) -> SpliceCache | None:
         """The splice cache of the forward in progress, if any."""
-        return None if self._reuse is None else self._reuse.active_splice
+        return self._reuse.active_splice
 
     def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
         """Whether every reusable piece of this prompt is in the store as an exact prefix."""

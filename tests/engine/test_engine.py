@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import percache_plugin as percache
-from percache_plugin.decode import DraftHints
 from tests.helpers import SEGMENTS, baseline, tiny_pair
 from tests.models import TINY_FAMILIES
 
@@ -164,22 +163,3 @@ def test_debug_log_line_per_request(caplog: pytest.LogCaptureFixture) -> None:
     assert "reused=0 " in lines[0] and "reused=0 " not in lines[1]
     totals = pc.stats()
     assert totals.requests == 2 and totals.tokens_reused > 0 and 0 < totals.reuse_ratio < 1
-
-
-def test_no_weights_are_packed_before_a_first_token() -> None:
-    # Packing the linear weights took ~0.45 s on SmolLM2: a one-token request, and the first
-    # forward of any request (even one verifying drafts), use the model's kernels; the copies are
-    # made at the first verify forward after a first token.
-    model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, draft_verify_cost=(1.0,))
-    plain, _ = baseline(model, pc.prompt(SEGMENTS).input_ids, max_new_tokens=24)
-    pc.generate(SEGMENTS, max_new_tokens=1)
-    assert pc.engine._packing.packed is None
-    hints = DraftHints(token_ids={"session": [plain]})
-    gen = pc.generate(SEGMENTS, max_new_tokens=7, drafts=hints)  # one forward: pending + 6 drafts
-    assert gen.token_ids == plain[:7] and gen.stats.decode_forwards == 1
-    assert gen.stats.packed_linear_calls == 0 and pc.engine._packing.packed is None
-    gen = pc.generate(SEGMENTS, max_new_tokens=24)
-    assert gen.token_ids == plain and gen.stats.packed_linear_calls > 0
-    assert pc.engine._packing.packed is not None
-    pc.close()
