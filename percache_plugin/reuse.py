@@ -120,7 +120,7 @@ class ReuseRunner:
         if not chunks:
             return empty_cache(), 0, 0
         dtype, device = dtype_device(self._model)
-        cache = cache_from_chunks(chunks, dtype, device)
+        cache = cache_from_chunks(chunks, dtype, device, buffers=self._ctx.hooks.join_buffers(self._ctx))
         stats.bytes_loaded = sum(c.nbytes for c in chunks)
         stats.approximate = any(c.keys[0].dtype != dtype for c in chunks)
         stats.nodes_reused = len(chunks)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 import percache_plugin as percache
@@ -25,7 +27,8 @@ def test_fully_cached_prompt_keeps_its_last_token_uncached() -> None:
                     tuple(layer.clone() for _ in range(cfg.num_hidden_layers)))
     piece = PromptPiece(Segment("x", "chunk"), tuple(range(10, 10 + n)), 0, "k")
     stats = GenerationStats(prompt_tokens=n)
-    cache, served, nodes = ReuseRunner(model, None, None).exact_cache(  # type: ignore[arg-type]
+    ctx = SimpleNamespace(hooks=SimpleNamespace(join_buffers=lambda ctx: None))  # no plugins
+    cache, served, nodes = ReuseRunner(model, ctx, None).exact_cache(  # type: ignore[arg-type]
         Prompt((piece,)), [chunk], stats)
     assert (served, nodes, stats.tokens_reused) == (n - 1, 1, n - 1)
     assert cache.get_seq_length() == n - 1

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..hooks.specs import hookimpl
+from ..kv.join_buffer import JoinBuffers
 from .policies import BUILTIN_POLICIES, PolicyFactory
 from .ram_tier import KVRamTier
 
@@ -24,6 +25,7 @@ class RamTierKV:
 
     def __init__(self) -> None:
         self.tier: KVRamTier | None = None
+        self.joins: JoinBuffers | None = None
 
     def _tier(self, ctx: EngineContext) -> KVRamTier:
         budget, policy = ctx.config.ram_cache_bytes, ctx.config.ram_cache_policy
@@ -51,6 +53,16 @@ class RamTierKV:
         return self._tier(ctx).get(key, token_ids, layered=layered)
 
     @hookimpl(tryfirst=True)
+    def percache_join_buffers(self, ctx: EngineContext) -> JoinBuffers | None:
+        """The tier's join buffers (``Config.ram_join_buffers``, with the tier on)."""
+        if not (ctx.config.ram_cache_bytes and ctx.config.ram_join_buffers):
+            self.joins = None
+            return None
+        if self.joins is None:
+            self.joins = JoinBuffers()
+        return self.joins
+
+    @hookimpl(tryfirst=True)
     def percache_prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> bool | None:
         """Prefetch from the store only the nodes the tier does not hold."""
         if not ctx.config.ram_cache_bytes:
@@ -64,12 +76,16 @@ class RamTierKV:
         if self.tier is not None:
             self.tier.close()
             self.tier = None
+        self.joins = None
 
     def ram_tier_stats(self) -> dict[str, float]:
-        """Hits, misses, bytes and hit ratio of the tier (empty before the first load)."""
+        """Hits, misses, bytes and hit ratio of the tier, and the bytes, reuses, fresh
+        allocations and busy misses of its join buffers (empty before the first load)."""
         if self.tier is None:
             return {}
-        s = self.tier.stats
+        s, j = self.tier.stats, self.joins
         return {"hits": s.hits, "misses": s.misses, "stale": self.tier.stale,
-                "evictions": s.evictions, "bytes": self.tier.cache.used, "hit_ratio": s.hit_ratio}
+                "evictions": s.evictions, "bytes": self.tier.cache.used, "hit_ratio": s.hit_ratio,
+                "join_bytes": j.nbytes if j else 0, "join_reuses": j.stats.reuses if j else 0,
+                "join_allocations": j.stats.allocations if j else 0, "join_busy": j.stats.busy if j else 0}
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..decode.sources import DraftHints, DraftSource
     from ..kv.edit import CacheEditor
     from ..kv.eviction import EvictionPolicy
+    from ..kv.join_buffer import JoinBuffers
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext, RecomputeStrategy
     from ..kv.store import ChunkKV
@@ -135,6 +136,9 @@ class Hooks:
         """Whether every wrapper of ``hook`` declares ``arg``."""
         impls = getattr(self._hook, hook).get_hookimpls()
         return all(arg in impl.argnames for impl in impls if impl.wrapper or impl.hookwrapper)
+
+    def join_buffers(self, ctx: EngineContext) -> JoinBuffers | None:
+        return self._hook.percache_join_buffers(ctx=ctx)  # type: ignore[no-any-return]
 
     def prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> None:
         if keys:

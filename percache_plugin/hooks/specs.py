@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..decode.sources import DraftHints, DraftSource
     from ..kv.edit import CacheEditor
     from ..kv.eviction import EvictionPolicy
+    from ..kv.join_buffer import JoinBuffers
     from ..kv.planner import ReusePlan
     from ..kv.recompute import RecomputeContext, RecomputeStrategy
     from ..kv.store import ChunkKV
@@ -143,6 +144,24 @@ def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]
         A wrapper (``wrapper=True``) that leaves it out of its signature gets False: the chunk
         it sees is whole, since it might read the tensors.
     :return: the K/V, per layer ``[kv_heads, n_tokens, head_dim]``, or None.
+    """
+
+
+@hookspec(firstresult=True)
+def percache_join_buffers(ctx: EngineContext) -> JoinBuffers | None:
+    """Memory to join a request's exact-prefix chunks into, lent from one request to the next.
+    firstresult.
+
+    Called once per request that builds its cache from loaded chunks. The first forward
+    concatenates each layer's chunks with its new tokens (:class:`~percache_plugin.kv.cache.
+    DeferredLayer`); with buffers it writes into memory they lend (reused only while nothing
+    else references it, :mod:`percache_plugin.kv.join_buffer`), pages already mapped, instead
+    of a fresh allocation whose first writes fault. The RAM tier lends its own with
+    ``Config.ram_join_buffers`` on; the default lends none. The result is the same either way.
+
+    :param ctx: the engine context.
+    :return: a :class:`~percache_plugin.kv.join_buffer.JoinBuffers`, or None to defer (no
+        buffers: a fresh allocation per join).
     """
 
 

@@ -9,6 +9,7 @@ import torch
 from transformers import Cache, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .join_buffer import JoinBuffers
 from .layer_read import LayerGate
 from .store import ChunkKV
 
@@ -33,11 +34,16 @@ class DeferredLayer(DynamicLayer):
     ``wait``: called before the parts are first touched (the parts are still being read, e.g.
     :meth:`~percache_plugin.kv.layer_read.LayerGate.wait`; what it raises propagates, and the
     layer stays deferred); the parts are then converted to ``dtype`` and ``device`` (default:
-    the first key part's)."""
+    the first key part's).
+
+    ``buffers``: the join writes into memory lent by it (:class:`~.join_buffer.JoinBuffers`,
+    slots ``(slot, "k")`` and ``(slot, "v")``), pages already mapped when it is reused, instead
+    of a fresh allocation; the result is the same."""
 
     def __init__(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], *,
                  wait: Callable[[], None] | None = None, dtype: torch.dtype | None = None,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, buffers: JoinBuffers | None = None,
+                 slot: int = 0) -> None:
         self._parts: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
@@ -46,6 +52,7 @@ class DeferredLayer(DynamicLayer):
             raise ValueError("a deferred layer needs as many key as value parts, at least one")
         self._parts = (list(keys), list(values))
         self._wait = wait
+        self._buffers, self._slot = buffers, slot
         self._length = sum(int(k.shape[-2]) for k in keys)
         self.dtype = keys[0].dtype if dtype is None else dtype
         self.device = keys[0].device if device is None else device
@@ -67,8 +74,15 @@ class DeferredLayer(DynamicLayer):
         self.wait()
         pk, pv = ([t.to(device=self.device, dtype=self.dtype) for t in ts] for ts in self._parts)
         self._parts = None
-        self._keys = torch.cat(pk if extra is None else [*pk, extra[0]], dim=-2)
-        self._values = torch.cat(pv if extra is None else [*pv, extra[1]], dim=-2)
+        self._keys = self._cat(pk if extra is None else [*pk, extra[0]], "k")
+        self._values = self._cat(pv if extra is None else [*pv, extra[1]], "v")
+
+    def _cat(self, parts: list[torch.Tensor], kind: str) -> torch.Tensor:
+        if self._buffers is None or any(p.dtype != self.dtype or p.device != self.device for p in parts):
+            return torch.cat(parts, dim=-2)
+        shape = (*parts[0].shape[:-2], sum(int(p.shape[-2]) for p in parts), parts[0].shape[-1])
+        out = self._buffers.take((self._slot, kind), shape, self.dtype, self.device)
+        return torch.cat(parts, dim=-2, out=out)
 
     @property  # type: ignore[override]
     def keys(self) -> torch.Tensor | None:
@@ -105,19 +119,22 @@ class DeferredLayer(DynamicLayer):
         return self._length if self._parts is not None else super().get_seq_length()
 
 
-def cache_from_chunks(chunks: Sequence[ChunkKV], dtype: torch.dtype, device: torch.device) -> DynamicCache:
+def cache_from_chunks(chunks: Sequence[ChunkKV], dtype: torch.dtype, device: torch.device, *,
+                      buffers: JoinBuffers | None = None) -> DynamicCache:
     """A fresh cache holding the chunks' K/V back to back (batch of one), in
     :class:`DeferredLayer` s: nothing is copied here; each layer's chunks are concatenated by the
     first forward, with its new tokens, in the one copy that forward makes anyway (chunks in
-    another dtype or device are converted then, a copy of their own). Chunks still being read
-    (``ChunkKV.pending``) are waited for layer by layer, when the forward first uses a layer."""
+    another dtype or device are converted then, a copy of their own), into memory lent by
+    ``buffers`` when given. Chunks still being read (``ChunkKV.pending``) are waited for layer
+    by layer, when the forward first uses a layer."""
     cache = empty_cache()
     gates = [c.pending for c in chunks if c.pending is not None]
     for layer in range(len(chunks[0].keys)):
         keys = [c.keys[layer].unsqueeze(0) for c in chunks]
         values = [c.values[layer].unsqueeze(0) for c in chunks]
         wait = _waiter(gates, layer) if gates else None
-        cache.layers.append(DeferredLayer(keys, values, wait=wait, dtype=dtype, device=device))
+        cache.layers.append(DeferredLayer(keys, values, wait=wait, dtype=dtype, device=device,
+                                          buffers=buffers, slot=layer))
     return cache
 
 

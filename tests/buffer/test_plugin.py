@@ -6,6 +6,7 @@ import percache_plugin as percache
 from percache_plugin.buffer.plugin import RamTierKV
 from percache_plugin.buffer.policies import LRUPolicy
 from percache_plugin.config import ConfigError
+from percache_plugin.kv.join_buffer import JoinBuffers
 from tests.helpers import SEGMENTS, tiny_pair
 
 GEN = {"max_new_tokens": 4, "do_sample": False}
@@ -96,3 +97,47 @@ def test_a_plugin_registers_a_policy_the_tier_uses(tmp_path: Path) -> None:
     pc.generate(SEGMENTS, **GEN)
     assert ram_plugin(pc).tier.cache.policy.name == "lfu"
     pc.close()
+
+
+class _Recording(JoinBuffers):
+    """Join buffers that record every shape asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def take(self, slot, shape, dtype, device):  # type: ignore[no-untyped-def]
+        self.shapes.append(tuple(shape))
+        return super().take(slot, shape, dtype, device)
+
+
+def test_ram_hits_join_once_per_layer_into_memory_lent_again(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    layers = model.config.num_hidden_layers
+    off = percache.enable(model, tok, store=tmp_path / "a", ram_cache_bytes=1 << 24, ram_join_buffers=False)
+    want = [off.generate(SEGMENTS, **GEN).token_ids for _ in range(3)]
+    assert ram_plugin(off).ram_tier_stats()["join_bytes"] == 0
+    off.close()
+    pc = percache.enable(model, tok, store=tmp_path / "b", ram_cache_bytes=1 << 24)
+    plugin = ram_plugin(pc)
+    got = [pc.generate(SEGMENTS, **GEN).token_ids for _ in range(2)]  # cold, then store -> RAM
+    plugin.joins = rec = _Recording()
+    g = pc.generate(SEGMENTS, **GEN)  # RAM only
+    assert [*got, g.token_ids] == want  # the same tokens as without the buffers
+    assert g.stats.ram_hits == g.stats.nodes_reused > 0
+    # One join per layer for keys and values, over the cached prefix and the new tokens at
+    # once: a join of the chunks alone (an intermediate copy) would ask for the prefix only.
+    assert len(rec.shapes) == 2 * layers
+    assert {s[-2] for s in rec.shapes} == {g.stats.prompt_tokens}
+    assert (rec.stats.allocations, rec.stats.reuses) == (2 * layers, 0)
+    pc.generate(SEGMENTS, **GEN)
+    stats = plugin.ram_tier_stats()
+    assert (stats["join_allocations"], stats["join_reuses"], stats["join_busy"]) == (2 * layers, 2 * layers, 0)
+    assert stats["join_bytes"] == rec.nbytes > 0
+    pc.close()
+    assert plugin.joins is None
+
+
+def test_bad_join_buffers_flag_is_named() -> None:
+    with pytest.raises(ConfigError, match="ram_join_buffers"):
+        percache.Config(ram_join_buffers=1)  # type: ignore[arg-type]

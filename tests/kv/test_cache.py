@@ -112,3 +112,33 @@ def test_wait_layers_waits_for_pending_chunks_without_joining() -> None:
     cache = cache_from_chunks([pending(good), pending(bad)], torch.float32, torch.device("cpu"))
     with pytest.raises(CorruptLayerError, match="layer 1"):
         wait_layers(cache)
+
+
+def test_the_first_update_joins_into_lent_memory_and_a_kept_cache_keeps_its_own() -> None:
+    from percache_plugin.kv.join_buffer import JoinBuffers
+
+    bufs = JoinBuffers()
+    a, b = chunk(1.0, 3), chunk(2.0, 2)
+    new_k, new_v = torch.full((1, 2, 1, 4), 5.0), torch.full((1, 2, 1, 4), 6.0)
+    kept = cache_from_chunks([a, b], torch.float32, torch.device("cpu"), buffers=bufs)
+    k1, v1 = kept.layers[0].update(new_k, new_v)
+    assert torch.equal(k1[0], torch.cat([a.keys[0], b.keys[0], new_k[0]], dim=1))
+    assert torch.equal(v1[0], torch.cat([a.values[0], b.values[0], new_v[0]], dim=1))
+    held = bufs._held[(0, "k")].flat
+    assert shares_memory(k1, held)  # written into the lent memory, the one copy
+    assert not any(shares_memory(k1, c.keys[0]) for c in (a, b))
+    other = cache_from_chunks([b, a], torch.float32, torch.device("cpu"), buffers=bufs)
+    k2, _ = other.layers[0].update(-new_k, -new_v)  # `kept` is alive: new memory
+    assert not shares_memory(k1, k2) and bufs.stats.busy == 2  # keys and values
+    assert torch.equal(k1[0], torch.cat([a.keys[0], b.keys[0], new_k[0]], dim=1))  # untouched
+    assert float(a.keys[0][0, 0, 0]) == 1.0 and float(b.keys[0][0, 0, 0]) == 2.0
+    del kept, k1, v1, held
+    third = cache_from_chunks([a, b], torch.float32, torch.device("cpu"), buffers=bufs)
+    third.layers[0].update(new_k, new_v)  # `other` is alive: new memory again
+    assert bufs.stats.busy == 4
+    ptr = third.layers[0].keys.untyped_storage().data_ptr()
+    del other, k2, third
+    last = cache_from_chunks([a, b], torch.float32, torch.device("cpu"), buffers=bufs)
+    keys, _ = last.layers[0].update(new_k, new_v)  # nothing references the last memory
+    assert keys.untyped_storage().data_ptr() == ptr and bufs.stats.reuses >= 1
+    assert torch.equal(keys[0], torch.cat([a.keys[0], b.keys[0], new_k[0]], dim=1))
