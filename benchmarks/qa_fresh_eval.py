@@ -2,7 +2,10 @@
 (built before the ``combined`` guard was developed) or, with ``--set
 qa_fresh2_heldout.json``, the second one (written before the ``roles`` guard was developed),
 or ``--set qa_fresh3_heldout.json``, the third (written before the guards it reports on were
-developed); each file's ``about`` field says how it was made.
+developed), or ``--set qa_fresh4_heldout.json``, the fourth (written before the lexical guard's
+second revision); each file's ``about`` field says how it was made. ``--show SETTING`` lists,
+for one setting, each negative served and each paraphrase missed (for development on sets
+already seen).
 
 Negatives (one bank per pair, holding the stored question with an answer; any answer served
 for the asked question is a false hit): ``qmsum_negatives``, two different queries of one QMSum
@@ -16,7 +19,7 @@ floor, 0.66) with the key-terms guard.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/qa_fresh_eval.py \\
         --locomo ../shared/data/locomo/locomo_dev5.json --qmsum ../shared/data/qmsum \\
-        [--set qa_fresh2_heldout.json | --set qa_fresh3_heldout.json]
+        [--set qa_fresh2_heldout.json | ... | --set qa_fresh4_heldout.json] [--show SETTING]
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from pathlib import Path
 from percache_plugin.rag.embeddings import load_embedder
 from percache_plugin.rag.guards import DEFAULT_MEANING_GUARDS, DEFAULT_TAU
 from percache_plugin.rag.joint import FLOOR as JOINT_FLOOR
+from percache_plugin.rag.lexical import find_swap
 from percache_plugin.rag.qa_bank import QABank
 from percache_plugin.rag.qa_embedded import EMBEDDED_GUARDS
+from percache_plugin.rag.qa_types import LookupResult
 from percache_plugin.rag.qmsum import iter_meetings
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -57,6 +62,9 @@ def main() -> None:
     p.add_argument("--tau", type=float, default=DEFAULT_TAU)
     p.add_argument("--set", default="qa_fresh_heldout.json",
                    help="file of benchmarks/data holding the four sets")
+    p.add_argument("--show", default="", metavar="SETTING",
+                   help="print, for this setting, each negative served and each paraphrase "
+                        "missed (with the guard that refused it and the lexical guard's swap)")
     args = p.parse_args()
     data = json.loads((DATA / args.set).read_text("utf-8"))
     embedder = load_embedder(None)
@@ -103,6 +111,8 @@ def main() -> None:
                 served = None if r.match is None else r.match.entry.answer
                 c["n"] += 1
                 c["reached"] += int(r.best is not None and r.best.similarity >= args.tau)
+                if setting == args.show:
+                    _show(name, kind, probe, expected, r, served)
                 if expected is None:
                     c["false"] += served is not None
                     if kind:
@@ -130,6 +140,19 @@ def main() -> None:
         print("|---|" + "---|" * len(names))
         for setting, row in kinds.items():
             print(f"| {setting} | " + " | ".join(str(row[k]) for k in names) + " |")
+
+
+def _show(name: str, kind: str, probe: str, expected: str | None, r: LookupResult,
+          served: str | None) -> None:
+    """One line per negative served or paraphrase missed (``--show``)."""
+    best = r.best
+    stored = "" if best is None else best.entry.question
+    sim = 0.0 if best is None else best.similarity
+    if expected is None and served is not None:
+        print(f"SERVED {name}/{kind} {sim:.2f} {stored!r} <- {probe!r}")
+    elif expected is not None and served != expected:
+        swap = None if best is None else find_swap(probe, stored)
+        print(f"MISSED {name} {sim:.2f} by {r.rejected_by} swap {swap} {stored!r} <- {probe!r}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
     ("love", "hate"), ("like", "hate"), ("add", "remove"), ("include", "exclude"),
     ("arrive", "leave"), ("arrive", "depart"), ("come", "go"), ("pass", "fail"),
     ("succeed", "fail"), ("success", "failure"), ("enable", "disable"), ("more", "less"),
-    ("more", "fewer"), ("most", "least"), ("most", "fewest"), ("higher", "lower"),
+    ("more", "fewer"), ("many", "few"), ("much", "little"), ("most", "least"), ("most", "fewest"), ("higher", "lower"),
     ("highest", "lowest"), ("best", "worst"), ("better", "worse"), ("good", "bad"),
     ("easy", "hard"), ("easy", "difficult"), ("cheap", "expensive"), ("cheapest", "dearest"),
     ("hire", "fire"), ("lend", "borrow"), ("give", "take"), ("send", "receive"),

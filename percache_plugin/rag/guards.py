@@ -95,9 +95,15 @@ _TIME_WORDS = frozenset(
 )
 
 
+_ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
+
+
 def term_stem(word: str) -> str:
-    """A word as key terms are compared: case-folded, a trailing plural "s" dropped."""
+    """A word as key terms are compared: case-folded, a trailing plural "s" dropped, an
+    ordinal written in digits read as its number ("9th December" / "December 9")."""
     word = word.casefold()
+    if ordinal := _ORDINAL.fullmatch(word):
+        return ordinal.group(1)
     return word[:-1] if len(word) > 3 and word.endswith("s") else word
 
 

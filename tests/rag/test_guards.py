@@ -88,6 +88,13 @@ def test_question_terms_finds_names_acronyms_and_numbers(text: str, key: set[str
     assert set(question_terms(text).key) == key
 
 
+def test_an_ordinal_date_agrees_with_the_same_date_in_digits() -> None:
+    stored = question_terms("What news did Evan share with Sam on 9th December 2023?")
+    assert terms_agree(question_terms("What did Evan tell Sam on December 9, 2023?"), stored)
+    assert not terms_agree(question_terms("What did Evan tell Sam on December 19, 2023?"), stored)
+    assert question_terms("the 1st of September").key == {"1", "september"}
+
+
 def test_terms_agree_is_symmetric_and_case_insensitive() -> None:
     stored = question_terms("What did the Professor think about the use of English?")
     assert terms_agree(question_terms("What was the professor's opinion on using English?"), stored)

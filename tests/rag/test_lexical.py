@@ -82,3 +82,46 @@ def test_without_wordnet_the_guard_is_refused_with_the_install_command(
     # audited only, it is left out instead of failing the lookup
     assert bank.lookup("What is John's favorite drink?", tau=0.3, meaning=OTHERS,
                        audit=True).match is not None
+
+
+@pytest.mark.parametrize(("stored", "asked", "kind"), [
+    # a word both questions share stands for itself, not for the swapped word ("ticket"
+    # covered "book"; "prefer" covered "selection")
+    ("What did Calvin book a flight ticket for on 1st September 2023?",
+     "What did Calvin cancel a flight ticket for on 1st September 2023?", "unmatched"),
+    ("Why does the industrial designer prefer a potential-meter for volume control?",
+     "Why does the industrial designer prefer a potential-meter for channel selection?",
+     "unmatched"),
+    # a slot counts content words: "lost-and-found" is two, "and" does not count
+    ("In the discussion of function design, how could the team realize the lost-and-found "
+     "function of their remote?",
+     "In the discussion of function design, how could the team realize the voice recognition "
+     "function of their remote?", "unmatched"),
+    # antonyms stay a swap when a third word covers one of them ("physical" by "nature")
+    ("What role does nature and the outdoors play in Evan and Sam's mental well-being?",
+     "What role does nature and the outdoors play in Evan and Sam's physical fitness?",
+     "antonym"),
+    # one preposition swapped for its agent: who does what changes
+    ("What was suggested for the transcribers?", "What was suggested by the transcribers?",
+     "roles"),
+    ("What were the accusations levied against the Liberals?",
+     "What were the accusations levied by the Liberals?", "roles"),
+])
+def test_swaps_the_guard_let_pass_before(wn: WordNet, stored: str, asked: str,
+                                         kind: str) -> None:
+    swap = find_swap(asked, stored, wn)
+    assert swap is not None and swap.kind == kind
+
+
+@pytest.mark.parametrize(("stored", "asked"), [
+    # WordNet's phrasal verbs: "take up" is a kind of start
+    ("Which hobby did Sam take up in May 2023?", "What hobby did Sam start in May 2023?"),
+    # the table of equivalents WordNet lacks
+    ("What issues did Canadian farmers face?", "What problems did Canadian farmers face?"),
+    ("What is Calvin's biggest current goal?", "What is Calvin's main goal right now?"),
+    # numbers spelled out are the key-terms guard's business
+    ("What had Evan been searching for for half an hour?",
+     "What had Evan been searching for for thirty minutes?"),
+])
+def test_rewordings_wordnet_does_not_link_pass(wn: WordNet, stored: str, asked: str) -> None:
+    assert find_swap(asked, stored, wn) is None

@@ -27,6 +27,8 @@ def failed(a: str, b: str, enabled: frozenset[str] = DEFAULT_MEANING_GUARDS) -> 
         ("Is the heating on in the office?", "Is the heating off in the office?", "antonym"),
         ("Which students passed the exam?", "Which students failed the exam?", "antonym"),
         ("Did Maria like the movie?", "Did Maria dislike the movie?", "antonym"),
+        ("Why did a remote with too many buttons frustrate Marketing?",
+         "Why did a remote with too few buttons frustrate Marketing?", "antonym"),
         ("Did Maria not dislike the movie?", "Did Maria dislike the movie?", "polarity"),
         ("Did Maria not like the movie?", "Did Maria like the movie?", "polarity"),
         ("Did she make the bowl?", "What is her bowl a reminder of?", "qtype"),
