@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from ..buffer.plugin import RamTierKV
 from ..bundled import load_smollm2
 from ..handle import enable
 from .arm_order import arm_orders, balanced_repeats, predecessors
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bytes_stored = pc.store.total_bytes()
         pc.close()
         reused: dict[str, int] = {"ceiling": n_cached, "ceiling_model_attention": n_cached}
+        join_reuses: list[int] = []  # per timed RAM-tier request: joins into memory lent again
         last: dict[str, Any] = {}
 
         def timed(arm: str, h: Any) -> tuple[float, int]:
@@ -130,7 +132,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         def ram_tier(arm: str) -> tuple[float, int]:
             with enable(model, tok, store=store, ram_cache_bytes=args.ram_bytes, **opts) as h:
                 h.generate(segments, **gen)  # fills the RAM tier (untimed)
+                tier = next(p for p in h.plugins.get_plugins() if isinstance(p, RamTierKV))
+                before = tier.ram_tier_stats().get("join_reuses", 0)
                 out = timed(arm, h)
+                join_reuses.append(int(tier.ram_tier_stats().get("join_reuses", 0) - before))
             if last[arm].ram_hits != last[arm].nodes_reused:
                 raise RuntimeError(f"the RAM tier arm read nodes from disk: {last[arm]}")
             return out
@@ -176,6 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "median_by_predecessor_s": by_order,
             "minor_faults_median": {a: median([float(x) for x in v]) for a, v in faults.items()},
             "minor_faults": faults,
+            "ram_tier_join_reuses": join_reuses,
             "tokens_reused": reused,
             "cold_ttft_s": cold.stats.ttft_s,
             "bytes_stored": bytes_stored,
@@ -203,6 +209,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
          for p in ["start", *ARMS]
          if any(p in by_order[a] for a in by_order)],
     ))
+    print("minor page faults of the timed request (median): " + ", ".join(
+        f"{a} {result['minor_faults_median'][a]:.0f}" for a in ARMS)
+        + f"; RAM tier joins into lent memory per request: {sorted(set(join_reuses))}")
     write_json(args.json, result)
     return result
 
