@@ -56,6 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage-dtype", default=None, help="store K/V as this dtype (default: model's)")
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification on load")
     p.add_argument("--ram-bytes", type=int, default=256 * 2**20, help="RAM tier budget of the RAM arm")
+    p.add_argument("--no-join-buffers", action="store_true",
+                   help="the RAM arm's handle joins into fresh memory (ram_join_buffers=False), for comparison")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
@@ -130,7 +132,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 return timed(arm, h)
 
         def ram_tier(arm: str) -> tuple[float, int]:
-            with enable(model, tok, store=store, ram_cache_bytes=args.ram_bytes, **opts) as h:
+            with enable(model, tok, store=store, ram_cache_bytes=args.ram_bytes,
+                        ram_join_buffers=not args.no_join_buffers, **opts) as h:
                 h.generate(segments, **gen)  # fills the RAM tier (untimed)
                 tier = next(p for p in h.plugins.get_plugins() if isinstance(p, RamTierKV))
                 before = tier.ram_tier_stats().get("join_reuses", 0)
@@ -171,6 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "repeats": args.repeats,
             "threads": args.threads,
             "ram_cache_bytes": args.ram_bytes,
+            "ram_join_buffers": not args.no_join_buffers,
             "ttft_median_s": med,
             "speedup_vs_plain": {a: med["plain"] / med[a] for a in ARMS},
             "ram_tier_vs_ceiling": med["ram_tier"] / med["ceiling"],

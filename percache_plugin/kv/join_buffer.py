@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -82,6 +83,7 @@ class JoinBuffers:
         self.headroom = headroom
         self.stats = JoinStats()
         self._held: dict[Hashable, _Held] = {}
+        self._lock = threading.Lock()  # the check and the lend are one step for each caller
 
     @property
     def reuse_supported(self) -> bool:
@@ -91,13 +93,19 @@ class JoinBuffers:
     @property
     def nbytes(self) -> int:
         """Bytes held now."""
-        return sum(h.flat.numel() * h.flat.element_size() for h in self._held.values())
+        with self._lock:
+            return sum(h.flat.numel() * h.flat.element_size() for h in self._held.values())
 
     def take(self, slot: Hashable, shape: Sequence[int], dtype: torch.dtype,
              device: torch.device) -> torch.Tensor:
         """A contiguous tensor of ``shape`` to write into (contents undefined), made of the
         memory held for ``slot`` when nobody else references it and it is large enough, else of
         new memory (then held for ``slot`` instead)."""
+        with self._lock:
+            return self._take(slot, shape, dtype, device)
+
+    def _take(self, slot: Hashable, shape: Sequence[int], dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
         n = math.prod(shape)
         held = self._held.get(slot)
         if held is not None and held.flat.dtype == dtype and held.flat.device == device \
@@ -120,4 +128,5 @@ class JoinBuffers:
 
     def clear(self) -> None:
         """Drop every reference held (the memory goes when its last user lets it go)."""
-        self._held.clear()
+        with self._lock:
+            self._held.clear()

@@ -87,3 +87,23 @@ def test_without_torchs_use_count_nothing_is_reused(monkeypatch: pytest.MonkeyPa
     bufs.take(0, SHAPE, torch.float32, CPU)
     bufs.take(0, SHAPE, torch.float32, CPU)
     assert (bufs.stats.reuses, bufs.stats.allocations, bufs.nbytes) == (0, 2, 0)
+
+
+def test_threads_taking_at_once_never_share_memory() -> None:
+    import threading
+
+    bufs = JoinBuffers()
+    got: list[torch.Tensor] = []
+    start = threading.Barrier(8)
+
+    def take() -> None:
+        start.wait()
+        got.append(bufs.take(0, SHAPE, torch.float32, CPU))
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ptrs = [t.untyped_storage().data_ptr() for t in got]
+    assert len(set(ptrs)) == 8 and bufs.stats.reuses == 0
