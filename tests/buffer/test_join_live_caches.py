@@ -1,0 +1,95 @@
+"""The RAM tier's join buffers never overwrite K/V that a live cache still reads.
+
+The first forward over a cache built from RAM-tier chunks joins them into memory the tier lends
+again to the next request once nothing else references it. These tests keep such a cache alive
+the ways a caller can (a ``Prefilled`` used after later requests, a cropped view of one) and
+check, bit for bit and by greedy tokens against plain generation, that later requests leave it
+alone. The models use a wide weight init so that greedy tokens depend on the prompt (with the
+default init a tiny random model often answers every prompt alike, and a stale cache would go
+unnoticed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import percache_plugin as percache
+from percache_plugin.buffer.plugin import RamTierKV
+from tests.helpers import SEGMENTS, tiny_pair
+
+GEN = {"max_new_tokens": 6, "do_sample": False}
+ASK_OTHER = [*SEGMENTS[:-1], "Who brings the projector?"]
+LONG = [SEGMENTS[0], SEGMENTS[1] * 6, SEGMENTS[2], "When?"]
+
+
+def _handle(family: str, path: Path) -> tuple[Any, Any]:
+    model, tok = tiny_pair(family, initializer_range=0.5)
+    return model, percache.enable(model, tok, store=path, ram_cache_bytes=1 << 24)
+
+
+def _plain(pc: Any, segments: list[str]) -> list[int]:
+    with pc.disabled():
+        return pc.generate(segments, **GEN).token_ids  # type: ignore[no-any-return]
+
+
+def _snapshot(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+
+
+def _unchanged(cache: Any, snap: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    return all(torch.equal(layer.keys, k) and torch.equal(layer.values, v)
+               for layer, (k, v) in zip(cache.layers, snap, strict=True))
+
+
+def _continue(model: Any, prompt_ids: list[int], cache: Any) -> list[int]:
+    ids = torch.tensor([prompt_ids])
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+                             pad_token_id=0, **GEN)
+    return out[0, ids.shape[1]:].tolist()  # type: ignore[no-any-return]
+
+
+def _joins(pc: Any) -> dict[str, float]:
+    plugin = next(p for p in pc.plugins.get_plugins() if isinstance(p, RamTierKV))
+    return plugin.ram_tier_stats()
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])  # gemma2: sliding-window layers
+def test_prefilled_cache_outlives_later_requests(tmp_path: Path, family: str) -> None:
+    model, pc = _handle(family, tmp_path / "s")
+    want = {i: _plain(pc, s) for i, s in enumerate((SEGMENTS, ASK_OTHER, LONG))}
+    assert want[0] != want[1]  # the prompts tell apart: a stale cache would show
+    for segments in (SEGMENTS, ASK_OTHER, SEGMENTS, ASK_OTHER):  # cold, then store -> RAM
+        pc.generate(segments, **GEN)
+    kept = pc.prefill(SEGMENTS)  # its first forward joined RAM-tier chunks into lent memory
+    assert kept.stats.ram_hits > 0 and kept.stats.tokens_computed > 0
+    snap = _snapshot(kept.cache)
+    busy = _joins(pc)["join_busy"]
+    assert pc.generate(ASK_OTHER, **GEN).token_ids == want[1]  # same shapes: would reuse
+    assert _unchanged(kept.cache, snap)
+    assert _continue(model, kept.prompt.input_ids, kept.cache) == want[0]
+    assert _joins(pc)["join_busy"] > busy  # the kept cache's memory was not lent
+    pc.close()
+
+
+def test_longer_then_shorter_prompt_and_a_kept_cropped_view(tmp_path: Path) -> None:
+    model, pc = _handle("llama", tmp_path / "s")
+    want = {i: _plain(pc, s) for i, s in enumerate((SEGMENTS, ASK_OTHER, LONG))}
+    for segments in (LONG, LONG, SEGMENTS, ASK_OTHER, SEGMENTS, ASK_OTHER):
+        pc.generate(segments, **GEN)
+    kept = pc.prefill(LONG)  # the longest join: the memory every later one fits in
+    kept.cache.crop(-3)  # a view of a view of the lent memory, as DynamicLayer.crop leaves
+    snap = _snapshot(kept.cache)
+    before = _joins(pc)
+    for i, segments in ((0, SEGMENTS), (1, ASK_OTHER), (0, SEGMENTS)):
+        assert pc.generate(segments, **GEN).token_ids == want[i]
+    assert _unchanged(kept.cache, snap)
+    del kept, snap  # once let go, the memory is lent again, shorter prompts inside it
+    for i, segments in ((1, ASK_OTHER), (0, SEGMENTS), (2, LONG)):
+        assert pc.generate(segments, **GEN).token_ids == want[i]
+    after = _joins(pc)
+    assert after["join_busy"] > before["join_busy"] and after["join_reuses"] > before["join_reuses"]
+    pc.close()
