@@ -124,7 +124,7 @@ class Config:
         "request, once nothing references it any more (checked by reference count before each "
         "reuse): the join then writes into pages already mapped instead of fresh ones, which "
         "cost thousands of page faults per request. Holds up to one joined prefix plus 12.5% "
-        "(93 MB for 2,000 tokens of SmolLM2-135M fp32) beyond ram_cache_bytes; the tier's "
+        "(105 MB for a 2,000-token prompt of SmolLM2-135M fp32) beyond ram_cache_bytes; the tier's "
         "stats report it (join_bytes). Exact either way. False: every join allocates anew.",
         True,
     )

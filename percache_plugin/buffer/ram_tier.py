@@ -2,7 +2,8 @@
 
 A hit costs no disk read, no checksum and no copy: the tier returns the tensors it holds (the
 request's cache takes them as they are and the first forward concatenates them with its new
-tokens in the one copy it makes anyway, :func:`~percache_plugin.kv.cache.cache_from_chunks`).
+tokens in the one copy it makes anyway, :func:`~percache_plugin.kv.cache.cache_from_chunks`,
+into memory the tier's plugin lends again from request to request, ``Config.ram_join_buffers``).
 Callers must not mutate what :meth:`KVRamTier.get` returns.
 
 It never serves stale data. Every entry remembers the version of the store row it was loaded
