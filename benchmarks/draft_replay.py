@@ -11,6 +11,11 @@ benchmark's order, so the schedule's history across answers builds up as it woul
 per meeting, as the benchmark uses one handle per meeting).
 
     python benchmarks/draft_replay.py TRACE.json [--cost vc.json [--setup packed]] [--margin 1.0] [--prior 1 1] [--tree]
+        [--price curve.json] [--truncate N]
+
+It also reports the decode phase (the tokens after the first forward over the cost of the
+forwards after it), and ``--truncate N`` replays every answer cut to its first N tokens: short
+answers, where a rejected draft weighs most, from the same development traces.
 """
 
 from __future__ import annotations
@@ -69,8 +74,9 @@ class _Oracle:
 
 
 def replay(row: dict[str, Any], schedule: DraftSchedule, only: Any, new_tokens: int, eos: set[int],
-           tree: bool = False, **index: Any) -> list[int]:
-    """Draft tokens fed per forward when decoding ``row`` with ``schedule``. As in the benchmark,
+           tree: bool = False, **index: Any) -> tuple[list[int], int]:
+    """Draft tokens fed per forward when decoding ``row`` with ``schedule``, and the tokens the
+    first forward emitted. As in the benchmark,
     decoding stops at ``new_tokens`` or at an eos token, so a draft near the end may run past the
     answer's last token (those tokens are fed, and counted as drafted, but never kept)."""
     tr = row["trace"]
@@ -88,7 +94,7 @@ def replay(row: dict[str, Any], schedule: DraftSchedule, only: Any, new_tokens: 
               GenerationConfig(do_sample=False, return_dict_in_generate=False),
               past_key_values=_Cache(len(prompt) - 1))
     assert out[0, len(prompt):].tolist() == plain, "replay diverged from the recorded answer"
-    return model.fed
+    return model.fed, dec.counts.first_tokens
 
 
 def main() -> None:
@@ -103,6 +109,10 @@ def main() -> None:
     p.add_argument("--max-length", type=int, default=16)
     p.add_argument("--min-ngram", type=int, default=MIN_NGRAM, help="shortest n-gram matched")
     p.add_argument("--max-ngram", type=int, default=MAX_NGRAM, help="longest n-gram matched")
+    p.add_argument("--truncate", type=int, default=None,
+                   help="replay each answer cut to its first N tokens (short answers from the same traces)")
+    p.add_argument("--price", type=Path, default=None, help="price the forwards with this curve (a JSON list of ratios for k = 1, 2, ...) instead "
+                        "of the one the schedule chooses with, e.g. one measured at another load")
     p.add_argument("--tree", action="store_true", help="verify token trees (Config.draft_tree)")
     p.add_argument("--rows", action="store_true", help="print every answer")
     p.add_argument("--kinds", action="store_true",
@@ -119,22 +129,30 @@ def main() -> None:
     new_tokens = int(payload.get("new_tokens", 64))
     # the answers that stopped before the budget ended on the tokenizer's eos token
     eos = {r["trace"]["plain"][-1] for r in rows if 0 < len(r["trace"]["plain"]) < new_tokens}
+    if args.truncate is not None:
+        new_tokens = args.truncate
+        for r in rows:
+            r["trace"]["plain"] = r["trace"]["plain"][:args.truncate]
     choose = VerifyCost((1.0,)) if args.kinds else cost
-    speed, fwd_all, drafted_fwd = [], 0, 0
+    if args.price is not None:
+        cost = VerifyCost.of(json.loads(args.price.read_text()))
+    speed, dspeed, fwd_all, drafted_fwd = [], [], 0, 0
     history: dict[str, AcceptanceHistory] = {}
     for row in rows:
         hist = history.setdefault(row["meeting"], AcceptanceHistory(args.cap))
         sched = DraftSchedule(cost=choose, history=hist, max_length=args.max_length,
                               prior_accepted=args.prior[0], prior_rejected=args.prior[1], margin=args.margin)
-        fed = replay(row, sched, None if args.only is None else tuple(args.only.split(",")), new_tokens, eos,
+        fed, first = replay(row, sched, None if args.only is None else tuple(args.only.split(",")), new_tokens, eos,
                      args.tree, min_ngram=args.min_ngram, max_ngram=args.max_ngram)
         spent = sum(cost(k) for k in fed)
         plain = len(row["trace"]["plain"])
         speed.append(plain / spent)
+        rest = sum(cost(k) for k in fed[1:])
+        dspeed.append((plain - first) / rest if rest and plain > 1 else float("nan"))
         fwd_all += len(fed)
         drafted_fwd += sum(k > 0 for k in fed)
         if args.rows:
-            print(f"{row['question'][:40]:40s} {plain / spent:5.2f}x forwards {len(fed):3d} "
+            print(f"{row['question'][:40]:40s} {plain / spent:5.2f}x decode {dspeed[-1]:5.2f}x forwards {len(fed):3d} "
                   f"(drafted {sum(k > 0 for k in fed)}) k={fed}")
     if args.kinds:
         total: dict[str, list[float]] = {}
@@ -145,6 +163,8 @@ def main() -> None:
                 acc[1] += t.rejected
         for kind, (a, r) in sorted(total.items()):
             print(f"{kind:16s} accepted {a:7.1f} rejected {r:6.1f} p {a / max(a + r, 1e-9):.2f}")
+    dec = [d for d in dspeed if d == d]
+    print(f"decode phase: median {statistics.median(dec):.2f}x, min {min(dec):.2f}x, <0.95: {sum(d < 0.95 for d in dec)}")
     print(f"predicted median {statistics.median(speed):.2f}x, min {min(speed):.2f}x, "
           f"<0.95: {sum(s < 0.95 for s in speed)}/{len(speed)}, forwards {fwd_all} "
           f"({drafted_fwd} with drafts) vs {sum(len(r['trace']['plain']) for r in rows)} plain")

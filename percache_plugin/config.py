@@ -383,6 +383,14 @@ class Config:
         "(benchmarks/verify_cost.py measures a model on its hardware; on a GPU it is near 1.0).",
         None,
     )
+    draft_cost_online: bool = _help(
+        "The default verify cost curve (not one given in draft_verify_cost) is moved towards what this "
+        "handle's own decode forwards take (decode/measured.py: each k's ratio to a running "
+        "one-token time, the curve worth 8 observations): at another load or on other hardware "
+        "the schedule prices drafts by what they cost there. The schedule's choices then depend "
+        "on timings, so forward counts vary run to run; False keeps the fixed curve.",
+        True,
+    )
     draft_packed_linears: bool = _help(
         "Drafted decoding computes the model's float32 CPU linear layers with oneDNN over weights "
         "packed once (decode/packed.py) in the forwards that verify drafts: one verifying 1-8 "
@@ -583,7 +591,7 @@ class Config:
             raise ConfigError(f"prefix_block_tokens must be a positive int, got {block!r}")
 
     def _check_drafting(self) -> None:
-        for name in ("drafting", "draft_packed_linears", "draft_tree"):
+        for name in ("drafting", "draft_packed_linears", "draft_tree", "draft_cost_online"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.draft_sources is not None:

@@ -7,7 +7,8 @@ answered once per mode, side by side: plain decoding, drafts from the prompt onl
 QA bank only (the stored answers of the nearest questions), from the session only (the answers
 to the earlier paraphrases of the same meeting, as in a conversation), and from every source
 (``combined``: as ``Config`` has it; ``chain``: every source, one draft per forward; ``tree``:
-every source, token trees). The prompt's chunks are cached before the timed runs, so a request
+every source, token trees; ``fixed``: as ``combined`` with the fixed verify cost curve, no
+``Config.draft_cost_online``). The prompt's chunks are cached before the timed runs, so a request
 is one token of prefill and ``--new-tokens`` of decoding. Two speeds are reported: the request's
 (new tokens over the whole request's time) and the decode phase's (the tokens after the first
 forward over the time after it: the prompt forward and the reuse path are time to first token,
@@ -45,8 +46,9 @@ __all__ = ["add_arguments", "run", "run_benchmark", "answer_row", "summarize", "
 PARAPHRASES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "qa_paraphrases.json"
 MODES: dict[str, tuple[str, ...] | None] = {
     "prompt": ("prompt",), "qa_bank": (QA_BANK,), "session": (SESSION,), "combined": None,
-    "chain": None, "tree": None}
+    "chain": None, "tree": None, "fixed": None}
 TREE: dict[str, bool] = {"chain": False, "tree": True}  # Config.draft_tree per mode (others: the default)
+ONLINE: dict[str, bool] = {"fixed": False}  # Config.draft_cost_online per mode (others: the default)
 DEFAULT_MODES = ("prompt", "qa_bank", "session", "combined")
 
 
@@ -70,11 +72,13 @@ def _meetings(data: Path, ids: set[str]) -> dict[str, Meeting]:
     return {m.id: m for m in iter_meetings(data) if m.id in ids}
 
 
-def _timed(pc: Any, segments: Any, n: int, hints: DraftHints, mode: str, tree_default: bool) -> dict[str, Any]:
+def _timed(pc: Any, segments: Any, n: int, hints: DraftHints, mode: str, tree_default: bool,
+           online_default: bool = True) -> dict[str, Any]:
     if mode == "plain":
         pc.configure(drafting=False)
     else:
-        pc.configure(drafting=True, draft_sources=MODES[mode], draft_tree=TREE.get(mode, tree_default))
+        pc.configure(drafting=True, draft_sources=MODES[mode], draft_tree=TREE.get(mode, tree_default),
+                     draft_cost_online=ONLINE.get(mode, online_default))
     t0 = time.perf_counter()
     gen = pc.generate(segments, max_new_tokens=n, do_sample=False, drafts=hints)
     s = gen.stats
@@ -185,7 +189,7 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
     with tempfile.TemporaryDirectory() as tmp:
         for mid, qs in plan.items():
             pc = percache.enable(model, tok, store=Path(tmp) / mid, drafting=False)
-            tree_default = pc.config.draft_tree
+            tree_default, online_default = pc.config.draft_tree, pc.config.draft_cost_online
             pc.add_documents({"text": meeting_text(found[mid]), "id": mid})
             for original, _ in qs:  # earlier questions: their answers enter the QA bank
                 pc.ask(original, max_new_tokens=new_tokens)
@@ -210,7 +214,8 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
                     order = ["plain", *modes] if r % 2 == 0 else [*modes[::-1], "plain"]
                     for mode in order:
                         _clean_history(pc, mode, histories)
-                        runs.setdefault(mode, []).append(_timed(pc, segments, new_tokens, hints, mode, tree_default))
+                        runs.setdefault(mode, []).append(_timed(pc, segments, new_tokens, hints, mode, tree_default,
+                                                                  online_default))
                         after[mode] = pc.engine.draft_history
                 histories.update(after)  # every round of a mode ends in the same state (deterministic)
                 plain_ids = runs["plain"][0]["ids"]

@@ -5,6 +5,7 @@ from .acceptance import AcceptanceHistory, Tally, draft_kind
 from .cost import SMOLLM2_CPU_COST, SMOLLM2_CPU_COST_PACKED, VerifyCost
 from .generate import context_limit, dtype_device, greedy_reason, run_generate
 from .lookup import Draft, DraftIndex
+from .measured import MeasuredCost
 from .packed import PackedLinears, PackOnDemand
 from .schedule import DraftSchedule
 from .sources import DraftHints, DraftSource, prompt_source, text_source
@@ -14,4 +15,4 @@ __all__ = ["context_limit", "dtype_device", "greedy_reason", "run_generate", "Dr
            "DraftSchedule", "DraftHints", "DraftSource", "prompt_source", "text_source",
            "DraftCounts", "DraftedDecoding", "AcceptanceHistory", "Tally", "draft_kind",
            "SMOLLM2_CPU_COST", "SMOLLM2_CPU_COST_PACKED", "VerifyCost", "PackedLinears",
-           "PackOnDemand"]
+           "PackOnDemand", "MeasuredCost"]

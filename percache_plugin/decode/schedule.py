@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from .acceptance import AcceptanceHistory, Tally, draft_kind
 from .cost import SMOLLM2_CPU_COST, VerifyCost
 from .lookup import Draft
+from .measured import MeasuredCost
 
 __all__ = ["DraftSchedule"]
 
@@ -32,7 +33,8 @@ __all__ = ["DraftSchedule"]
 class DraftSchedule:
     """Draft length choices of one request.
 
-    :ivar cost: the verify cost curve.
+    :ivar cost: the verify cost curve (a :class:`~percache_plugin.decode.measured.MeasuredCost`
+        learns from the forwards :meth:`observe` reports).
     :ivar history: tallies across answers (read here; merged by the caller after the answer).
     :ivar max_length: the longest draft verified.
     :ivar prior_accepted: Beta prior, accepted tokens.
@@ -42,7 +44,7 @@ class DraftSchedule:
     :ivar margin: tokens per unit of cost a draft must be expected to beat (1.0: plain decoding).
     """
 
-    cost: VerifyCost = SMOLLM2_CPU_COST
+    cost: VerifyCost | MeasuredCost = SMOLLM2_CPU_COST
     history: AcceptanceHistory | None = None
     max_length: int = 16
     prior_accepted: float = 3.0
@@ -91,6 +93,12 @@ class DraftSchedule:
             if rate > best:
                 best_k, best = k, rate
         return best_k, best
+
+    def observe(self, fed: int, seconds: float) -> None:
+        """A decode forward after the answer's first fed ``fed`` draft tokens and took ``seconds``
+        (kept where the cost curve learns from timings)."""
+        if isinstance(self.cost, MeasuredCost):
+            self.cost.observe(fed, seconds)
 
     def update(self, draft: Draft, proposed: int, accepted: int) -> None:
         """The first ``proposed`` tokens of ``draft`` were verified; the first ``accepted`` stood."""

@@ -248,7 +248,10 @@ class DraftedDecoding:
             with route:
                 out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
             c.packed_calls += getattr(route, "calls", 0)
-            c.forward_s.append((len(tokens), time.perf_counter() - t0))
+            took = time.perf_counter() - t0
+            c.forward_s.append((len(tokens), took))
+            if raw:  # not the first forward, which computes the prompt's uncached tokens too
+                self.schedule.observe(len(tokens), took)
             c.forwards += 1
             logits = out.logits[0, -(len(tokens) + 1):].to(dtype=torch.float32)
             accepted = 0

@@ -14,6 +14,7 @@ from ..decode import (
     DraftedDecoding,
     DraftHints,
     DraftSchedule,
+    MeasuredCost,
     PackOnDemand,
     VerifyCost,
     greedy_reason,
@@ -29,12 +30,14 @@ __all__ = ["DraftSetup"]
 
 class DraftSetup:
     """What every drafted decoding of one handle shares: how drafts of each kind fared across
-    answers (``history``) and the packed weights (``Config.draft_packed_linears``: packed at
-    first use)."""
+    answers (``history``), the verify cost measured on its forwards
+    (``Config.draft_cost_online``: one :class:`~percache_plugin.decode.MeasuredCost` per curve)
+    and the packed weights (``Config.draft_packed_linears``: packed at first use)."""
 
     def __init__(self, model: Any) -> None:
         self._model = model
         self.history = AcceptanceHistory()
+        self.measured: dict[VerifyCost, MeasuredCost] = {}
         self._packing = PackOnDemand(model)
 
     def for_request(self, ctx: EngineContext, hooks: Hooks, prompt: Prompt, kwargs: dict[str, Any],
@@ -50,8 +53,11 @@ class DraftSetup:
         sources = hooks.draft_sources(ctx, prompt, hints or DraftHints())
         packed, cost = self._packing.where(config.draft_packed_linears), config.draft_verify_cost
         curve = VerifyCost(cost) if cost else SMOLLM2_CPU_COST_PACKED if packed else SMOLLM2_CPU_COST
+        priced: VerifyCost | MeasuredCost = curve
+        if config.draft_cost_online and not cost:  # a curve the caller gives is used as given
+            priced = self.measured.setdefault(curve, MeasuredCost(curve))
         drafting = DraftedDecoding.from_sources(sources, prompt.input_ids, config.draft_sources,
-                                                DraftSchedule(cost=curve, history=self.history))
+                                                DraftSchedule(cost=priced, history=self.history))
         drafting.linears = packed  # packs at its first verify after a first token
         drafting.tree = config.draft_tree and tree_usable(self._model, mask_function())
         return drafting
