@@ -388,8 +388,10 @@ class Config:
         "handle's own decode forwards take (decode/measured.py: each k's ratio to a running "
         "one-token time, the curve worth 8 observations): at another load or on other hardware "
         "the schedule prices drafts by what they cost there. The schedule's choices then depend "
-        "on timings, so forward counts vary run to run; False keeps the fixed curve.",
-        True,
+        "on timings, so forward counts vary run to run. Off by default: on the development "
+        "meetings of bench decode it did not pay (2.41x against 2.44x for the fixed curve, side by "
+        "side; docs/BENCHMARKS.md).",
+        False,
     )
     draft_packed_linears: bool = _help(
         "Drafted decoding computes the model's float32 CPU linear layers with oneDNN over weights "

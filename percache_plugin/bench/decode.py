@@ -7,8 +7,8 @@ answered once per mode, side by side: plain decoding, drafts from the prompt onl
 QA bank only (the stored answers of the nearest questions), from the session only (the answers
 to the earlier paraphrases of the same meeting, as in a conversation), and from every source
 (``combined``: as ``Config`` has it; ``chain``: every source, one draft per forward; ``tree``:
-every source, token trees; ``fixed``: as ``combined`` with the fixed verify cost curve, no
-``Config.draft_cost_online``). The prompt's chunks are cached before the timed runs, so a request
+every source, token trees; ``fixed`` / ``online``: every source, with
+``Config.draft_cost_online`` off / on). The prompt's chunks are cached before the timed runs, so a request
 is one token of prefill and ``--new-tokens`` of decoding. Two speeds are reported: the request's
 (new tokens over the whole request's time) and the decode phase's (the tokens after the first
 forward over the time after it: the prompt forward and the reuse path are time to first token,
@@ -46,9 +46,9 @@ __all__ = ["add_arguments", "run", "run_benchmark", "answer_row", "summarize", "
 PARAPHRASES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "qa_paraphrases.json"
 MODES: dict[str, tuple[str, ...] | None] = {
     "prompt": ("prompt",), "qa_bank": (QA_BANK,), "session": (SESSION,), "combined": None,
-    "chain": None, "tree": None, "fixed": None}
+    "chain": None, "tree": None, "fixed": None, "online": None}
 TREE: dict[str, bool] = {"chain": False, "tree": True}  # Config.draft_tree per mode (others: the default)
-ONLINE: dict[str, bool] = {"fixed": False}  # Config.draft_cost_online per mode (others: the default)
+ONLINE: dict[str, bool] = {"fixed": False, "online": True}  # Config.draft_cost_online per mode (others: the default)
 DEFAULT_MODES = ("prompt", "qa_bank", "session", "combined")
 
 

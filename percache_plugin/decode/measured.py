@@ -15,7 +15,9 @@ tokens dear makes 7 dear too, so the schedule does not flee to a length never me
 Ratios are clipped to ``clip`` so that one forward stalled by the machine moves little.
 
 The schedule's choices then depend on timings, so forward counts are no longer reproducible
-run to run; ``Config.draft_cost_online=False`` keeps the fixed curve (and deterministic counts).
+run to run. ``Config.draft_cost_online`` turns it on; it is off by default, because on the
+development meetings of ``percache bench decode`` it did not pay (side by side with the fixed
+curve, docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations

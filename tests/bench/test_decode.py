@@ -90,7 +90,7 @@ def test_every_mode_and_round_starts_from_its_own_draft_history() -> None:
     assert pc.engine.draft_history is not start["tree"] and start.keys() == {"combined", "tree"}
 
 
-def test_the_fixed_mode_turns_the_measured_verify_cost_off_and_combined_keeps_the_default() -> None:
+def test_the_fixed_and_online_modes_set_the_measured_verify_cost_and_combined_keeps_the_default() -> None:
     from types import SimpleNamespace
 
     from percache_plugin.bench.decode import _timed
@@ -101,6 +101,6 @@ def test_the_fixed_mode_turns_the_measured_verify_cost_off_and_combined_keeps_th
                             draft_tree_forwards=0, ttft_s=0.1, total_s=0.2, first_forward_tokens=1)
     pc = SimpleNamespace(configure=lambda **kw: calls.append(kw),
                          generate=lambda *a, **kw: SimpleNamespace(token_ids=[1, 2], stats=stats))
-    for mode in ("fixed", "combined"):
-        _timed(pc, [], 2, DraftHints(), mode, False, True)
-    assert [c["draft_cost_online"] for c in calls] == [False, True]
+    for mode in ("fixed", "combined", "online", "combined"):
+        _timed(pc, [], 2, DraftHints(), mode, False, False)
+    assert [c["draft_cost_online"] for c in calls] == [False, False, True, False]

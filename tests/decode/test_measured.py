@@ -71,9 +71,12 @@ def test_the_schedule_shortens_drafts_whose_forwards_cost_more_than_the_curve_sa
     assert fixed.length(draft) == 8
 
 
-def test_the_handle_learns_its_verify_cost_unless_switched_off_or_given() -> None:
+def test_the_handle_learns_its_verify_cost_when_switched_on_unless_a_curve_is_given() -> None:
     model, tok = tiny_pair("llama")
     pc = percache.enable(model, tok)
+    pc.generate(SEGMENTS, max_new_tokens=16)
+    assert pc.engine.drafts.measured == {}  # off by default
+    pc.configure(draft_cost_online=True)
     pc.generate(SEGMENTS, max_new_tokens=16)
     learned = list(pc.engine.drafts.measured.values())
     assert len(learned) == 1 and learned[0]._log_base is not None  # one-token forwards were timed
