@@ -38,7 +38,8 @@ class DeferredLayer(DynamicLayer):
 
     ``buffers``: the join writes into memory lent by it (:class:`~.join_buffer.JoinBuffers`,
     slots ``(slot, "k")`` and ``(slot, "v")``), pages already mapped when it is reused, instead
-    of a fresh allocation; the result is the same."""
+    of a fresh allocation; the result is the same. A join whose new states require grad (a
+    forward with autograd on) allocates instead: ``torch.cat(out=...)`` is not differentiable."""
 
     def __init__(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], *,
                  wait: Callable[[], None] | None = None, dtype: torch.dtype | None = None,
@@ -78,8 +79,9 @@ class DeferredLayer(DynamicLayer):
         self._values = self._cat(pv if extra is None else [*pv, extra[1]], "v")
 
     def _cat(self, parts: list[torch.Tensor], kind: str) -> torch.Tensor:
-        if self._buffers is None or any(p.dtype != self.dtype or p.device != self.device for p in parts):
-            return torch.cat(parts, dim=-2)
+        if self._buffers is None or any(p.dtype != self.dtype or p.device != self.device for p in parts) \
+                or (torch.is_grad_enabled() and any(p.requires_grad for p in parts)):
+            return torch.cat(parts, dim=-2)  # cat(out=...) refuses inputs that require grad
         shape = (*parts[0].shape[:-2], sum(int(p.shape[-2]) for p in parts), parts[0].shape[-1])
         out = self._buffers.take((self._slot, kind), shape, self.dtype, self.device)
         return torch.cat(parts, dim=-2, out=out)

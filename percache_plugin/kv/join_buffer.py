@@ -100,7 +100,8 @@ class JoinBuffers:
              device: torch.device) -> torch.Tensor:
         """A contiguous tensor of ``shape`` to write into (contents undefined), made of the
         memory held for ``slot`` when nobody else references it and it is large enough, else of
-        new memory (then held for ``slot`` instead)."""
+        new memory (then held for ``slot`` instead). The memory is never an inference tensor,
+        so a take outside inference mode may write memory first taken inside it."""
         with self._lock:
             return self._take(slot, shape, dtype, device)
 
@@ -115,7 +116,8 @@ class JoinBuffers:
                 return held.flat[:n].view(*shape)
             self.stats.busy += 1
         self._held.pop(slot, None)  # whoever still uses the old memory keeps it alive
-        flat = torch.empty(max(n, int(n * (1 + self.headroom))), dtype=dtype, device=device)
+        with torch.inference_mode(False):  # a normal tensor: writable in and out of inference mode
+            flat = torch.empty(max(n, int(n * (1 + self.headroom))), dtype=dtype, device=device)
         alone = storage_use_count(flat)
         if alone is not None:
             self._held[slot] = _Held(flat, alone)

@@ -93,3 +93,26 @@ def test_longer_then_shorter_prompt_and_a_kept_cropped_view(tmp_path: Path) -> N
     after = _joins(pc)
     assert after["join_busy"] > before["join_busy"] and after["join_reuses"] > before["join_reuses"]
     pc.close()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_prefilled_cache_joined_by_the_callers_own_forward(tmp_path: Path, grad: bool) -> None:
+    """A prefill that computes nothing returns the chunks unjoined; the caller's forward (autograd
+    on, or ``no_grad`` after percache's inference-mode forwards took the memory) joins them."""
+    from percache_plugin.kv.blocks import block_prompt
+
+    model, tok = tiny_pair("llama", initializer_range=0.5)
+    pc = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=1 << 24, prefix_block_tokens=16)
+    ids = [(7 * i) % 250 + 3 for i in range(2 * 16 + 1)]  # two blocks and a one-token tail
+    with pc.disabled():
+        want = pc.complete(ids, **GEN).token_ids
+    for _ in range(3):  # cold, store -> RAM, RAM (its join takes the memory, in inference mode)
+        assert pc.complete(ids, **GEN).token_ids == want
+    kept = pc.prefill(block_prompt(ids, 16, pc.engine.fingerprint))
+    assert kept.stats.tokens_computed == 0 and kept.stats.ram_hits == 2
+    with torch.set_grad_enabled(grad):
+        logits = model(input_ids=torch.tensor([ids[-1:]]), past_key_values=kept.cache).logits
+    assert logits.requires_grad == grad and int(logits[0, -1].argmax()) == want[0]
+    if not grad:  # the memory percache's inference-mode join took was written again
+        assert _joins(pc)["join_reuses"] > 0
+    pc.close()

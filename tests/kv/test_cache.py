@@ -142,3 +142,28 @@ def test_the_first_update_joins_into_lent_memory_and_a_kept_cache_keeps_its_own(
     keys, _ = last.layers[0].update(new_k, new_v)  # nothing references the last memory
     assert keys.untyped_storage().data_ptr() == ptr and bufs.stats.reuses >= 1
     assert torch.equal(keys[0], torch.cat([a.keys[0], b.keys[0], new_k[0]], dim=1))
+
+
+def test_a_join_under_autograd_or_after_inference_mode_matches_a_plain_join() -> None:
+    """``torch.cat(out=...)`` refuses inputs that require grad, and memory taken in inference
+    mode cannot be written outside it: a forward with autograd on, or under ``no_grad`` after
+    percache's own inference-mode forwards, must still join (a caller's teacher-forced check
+    over a ``Prefilled``)."""
+    from percache_plugin.kv.join_buffer import JoinBuffers
+
+    bufs = JoinBuffers()
+    a, b = chunk(1.0, 3), chunk(2.0, 2)
+    cpu = torch.device("cpu")
+    with torch.inference_mode():  # how percache's requests run: the memory is taken here
+        cache_from_chunks([a, b], torch.float32, cpu, buffers=bufs).layers[0].update(
+            torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+    new_k = torch.full((1, 2, 1, 4), 5.0, requires_grad=True)
+    new_v = torch.full((1, 2, 1, 4), 6.0)
+    keys, values = cache_from_chunks([a, b], torch.float32, cpu, buffers=bufs).layers[0].update(new_k, new_v)
+    assert keys.requires_grad and torch.equal(keys[0].detach(), torch.cat([a.keys[0], b.keys[0], new_k[0].detach()], dim=1))
+    keys.sum().backward()
+    assert new_k.grad is not None and bool((new_k.grad == 1).all())
+    with torch.no_grad():
+        keys, values = cache_from_chunks([a, b], torch.float32, cpu, buffers=bufs).layers[0].update(new_k, new_v)
+    assert torch.equal(values[0], torch.cat([a.values[0], b.values[0], new_v[0]], dim=1))
+    assert not keys.is_inference()

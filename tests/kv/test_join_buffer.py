@@ -107,3 +107,16 @@ def test_threads_taking_at_once_never_share_memory() -> None:
         t.join()
     ptrs = [t.untyped_storage().data_ptr() for t in got]
     assert len(set(ptrs)) == 8 and bufs.stats.reuses == 0
+
+
+def test_memory_taken_in_inference_mode_is_writable_outside_it() -> None:
+    bufs = JoinBuffers()
+    with torch.inference_mode():
+        bufs.take(0, SHAPE, torch.float32, CPU).fill_(1.0)
+    again = bufs.take(0, SHAPE, torch.float32, CPU)  # no inference mode now
+    again.fill_(2.0)  # an inference tensor would refuse this write
+    assert bool((again == 2.0).all()) and not again.is_inference()
+    del again
+    with torch.inference_mode():
+        bufs.take(0, SHAPE, torch.float32, CPU).fill_(3.0)  # and back
+    assert bufs.stats.reuses == 2 and bufs.stats.allocations == 1
