@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from percache_plugin import enable
 from percache_plugin.bench.arm_order import arm_orders, predecessors
 from percache_plugin.bench.common import transcript_chunks
-from percache_plugin.bench.ttft import SYSTEM
+from percache_plugin.bench.ttft import SYSTEM, fill
 from percache_plugin.bundled import load_smollm2
 
 
@@ -60,15 +60,8 @@ def main() -> None:
     cpu: dict[str, list[float]] = {"ram_tier": [], "ceiling": []}
     wall: dict[str, list[float]] = {"ram_tier": [], "ceiling": []}
     with tempfile.TemporaryDirectory(prefix="percache-ram-cpu-") as store:
-        pc = enable(model, tok, store=store, ram_cache_bytes=0)
-        prompt = pc.prompt(segments)
-        pc.generate(segments, max_new_tokens=1)
-        ids = torch.tensor([prompt.input_ids])
-        n_cached = min(sum(p.n_tokens for p in prompt.reusable), prompt.n_tokens - 1)
-        with pc.disabled(), torch.no_grad():
-            full = DynamicCache()
-            model(ids[:, :n_cached], past_key_values=full, use_cache=True)
-        pc.close()
+        filled = fill(model, tok, store, segments)
+        ids, full = filled.ids, filled.full
         ram = enable(model, tok, store=store, ram_cache_bytes=1 << 28)
         ram.generate(segments, max_new_tokens=1)
         faults: dict[str, list[int]] = {"ram_tier": [], "ceiling": []}

@@ -36,7 +36,7 @@ from transformers import DynamicCache
 
 import percache_plugin as percache
 from percache_plugin.bench.common import transcript_chunks
-from percache_plugin.bench.ttft import SYSTEM
+from percache_plugin.bench.ttft import SYSTEM, fill
 from percache_plugin.bundled import load_smollm2
 
 ARMS = ("plain", "disk", "ram", "ram_off", "ceiling")
@@ -96,15 +96,8 @@ def main() -> None:
     gen = {"max_new_tokens": 1, "do_sample": False}
     steps = Steps(model)
     with tempfile.TemporaryDirectory(prefix="percache-faults-") as store:
-        pc = percache.enable(model, tok, store=store, ram_cache_bytes=0)
-        prompt = pc.prompt(segments)
-        pc.generate(segments, **gen)
-        ids = torch.tensor([prompt.input_ids])
-        n_cached = min(sum(p.n_tokens for p in prompt.reusable), prompt.n_tokens - 1)
-        with pc.disabled(), torch.no_grad():
-            full = DynamicCache()
-            model(ids[:, :n_cached], past_key_values=full, use_cache=True)
-        pc.close()
+        filled = fill(model, tok, store, segments)
+        ids, full = filled.ids, filled.full
         print("| arm | faults | " + " | ".join(STEPS) + " |")
         print("|---|---" + "|---" * len(STEPS) + "|")
         for _ in range(args.rounds):

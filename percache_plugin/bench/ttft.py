@@ -19,6 +19,7 @@ import os
 import resource
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from .common import (
     write_json,
 )
 
-__all__ = ["add_arguments", "run", "drop_page_cache", "ARMS"]
+__all__ = ["add_arguments", "run", "drop_page_cache", "fill", "Filled", "ARMS"]
 
 ARMS = ("plain", "disk_cold", "disk_warm", "ram_tier", "ceiling", "ceiling_model_attention")
 SYSTEM = "You are a helpful assistant. Answer the question using the meeting notes."
@@ -76,6 +77,37 @@ def drop_page_cache(folder: str | Path) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Filled:
+    """What :func:`fill` made: the prompt, its ids ``[1, n]``, the positions the cached arms and
+    the ceiling serve from cache, the ceiling's cache, the filling request and the store's size."""
+
+    prompt: Any
+    ids: torch.Tensor
+    n_cached: int
+    full: DynamicCache
+    cold: Any
+    bytes_stored: int
+
+
+def fill(model: Any, tok: Any, store: str | Path, segments: list[str], **opts: Any) -> Filled:
+    """Answer ``segments`` once through a handle on ``store`` without a RAM tier (``opts``: more
+    settings), which stores the prompt's K/V, and build the ceiling's cache: the same reusable
+    chunks as the store arms serve, prefilled with the model's own attention, so that only
+    loading differs (the ceiling computes the same suffix, the question)."""
+    gen = {"max_new_tokens": 1, "do_sample": False}
+    # One open handle at a time: a handle owns the model's attention while it is open.
+    with enable(model, tok, store=store, ram_cache_bytes=0, **opts) as pc:
+        prompt = pc.prompt(segments)
+        cold = pc.generate(segments, **gen)  # fills the on-disk store
+        ids = torch.tensor([prompt.input_ids])
+        n_cached = min(sum(p.n_tokens for p in prompt.reusable), prompt.n_tokens - 1)
+        with pc.disabled(), torch.no_grad():
+            full = DynamicCache()
+            model(ids[:, :n_cached], past_key_values=full, use_cache=True)
+        return Filled(prompt, ids, n_cached, full, cold, pc.store.total_bytes())
+
+
 def _ceiling(model: Any, ids: torch.Tensor, full: Any) -> tuple[float, int]:
     """``generate`` over a cache already in memory: only the uncached suffix is computed. One
     untimed request first, like the RAM tier arm's fill request, so both arms time their second
@@ -102,19 +134,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     gen = {"max_new_tokens": 1, "do_sample": False}
     opts = {"storage_dtype": args.storage_dtype, "verify_checksums": not args.no_verify}
     with tempfile.TemporaryDirectory(prefix="percache-bench-") as store:
-        # One open handle at a time: a handle owns the model's attention while it is open.
-        pc = enable(model, tok, store=store, ram_cache_bytes=0, **opts)
-        prompt = pc.prompt(segments)
-        cold = pc.generate(segments, **gen)  # fills the on-disk store
-        ids = torch.tensor([prompt.input_ids])
-        # The ceiling holds the same cached prefix as the store arms (the reusable chunks) and
-        # computes the same suffix (the question), so only loading differs.
-        n_cached = min(sum(p.n_tokens for p in prompt.reusable), prompt.n_tokens - 1)
-        with pc.disabled(), torch.no_grad():
-            full = DynamicCache()
-            model(ids[:, :n_cached], past_key_values=full, use_cache=True)
-        bytes_stored = pc.store.total_bytes()
-        pc.close()
+        filled = fill(model, tok, store, segments, **opts)
+        prompt, ids, n_cached, full = filled.prompt, filled.ids, filled.n_cached, filled.full
+        cold, bytes_stored = filled.cold, filled.bytes_stored
         reused: dict[str, int] = {"ceiling": n_cached, "ceiling_model_attention": n_cached}
         join_reuses: list[int] = []  # per timed RAM-tier request: joins into memory lent again
         last: dict[str, Any] = {}
