@@ -5,11 +5,13 @@ unregister. percache registers two names, once per process whatever the number o
 ``percache_sdpa`` and ``percache_eager`` (the mask function differs). The registered function
 dispatches on the attention module it is called for: :func:`install` maps every module of a
 model to its handle's relay (held weakly), :func:`release` drops the mapping when the handle
-closes, so two models enabled in one process never share hooks.
+closes, so two models enabled in one process never share hooks. One model has at most one open
+handle (:func:`check_free`): a second one would take the modules' relay over.
 """
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_
 from .hf_private import attn_implementation, can_set_attn_implementation, supports_sdpa
 from .masks import with_extras
 
-__all__ = ["AttentionSwitch", "install", "uninstall", "release", "PREFIX", "NAMES"]
+__all__ = ["AttentionSwitch", "check_free", "install", "uninstall", "release", "PREFIX", "NAMES"]
 
 PREFIX = "percache"
 NAMES: dict[str, str] = {"sdpa": f"{PREFIX}_sdpa", "eager": f"{PREFIX}_eager"}
@@ -72,6 +74,25 @@ def percache_attention_forward(
 
 def _ref(relay: Relay) -> weakref.ref[Relay]:
     return weakref.WeakMethod(relay) if hasattr(relay, "__self__") else weakref.ref(relay)  # type: ignore[arg-type]
+
+
+def _attached(model: Any) -> bool:
+    return any((ref := _RELAYS.get(m)) is not None and ref() is not None for m in model.modules())
+
+
+def check_free(model: Any) -> None:
+    """Refuse ``model`` while an open handle's relay serves its attention modules: a second
+    handle would route the first one's attention (its splices and masks) into its own hooks, and
+    closing either would lift the other's. A handle dropped without ``close()`` frees the model
+    once it is garbage-collected (collected here first).
+
+    :raises RuntimeError: the model has an open handle."""
+    if _attached(model):
+        gc.collect()
+        if _attached(model):
+            raise RuntimeError(
+                f"this {type(model).__name__} already has an open percache handle: close() it "
+                "before enable() again (pc.disabled() runs the model without percache for a while)")
 
 
 def _current(model: torch.nn.Module) -> str:

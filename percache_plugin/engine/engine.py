@@ -11,6 +11,7 @@ from typing import Any
 
 import pluggy
 
+from ..attention.backend import check_free
 from ..attention.capability import capabilities_of, usable_shifter
 from ..attention.kinds import check_reusable
 from ..attention.profile import text_config
@@ -52,6 +53,7 @@ class Engine:
         if not callable(tokenizer):
             raise TypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
         check_reusable(model)  # recurrent and hybrid models: refused, with the reason
+        check_free(model)  # one open handle per model
         self._path = check_store_path(store)  # before the weights are hashed
         self.model = model
         self.tokenizer = tokenizer

@@ -48,3 +48,24 @@ def test_two_handles_keep_their_own_hooks() -> None:
     b.generate(SEGMENTS, max_new_tokens=1)
     assert set(seen) == {"b"}
     b.close()
+
+
+def test_a_second_handle_on_one_model_is_refused_until_the_first_closes() -> None:
+    """One model, one open handle: a second one took over the modules' relay and mask provider,
+    so the first one's splices ran without their mask (a RuntimeError in attention, or a wrong
+    mask) and closing either left the other broken."""
+    import gc
+
+    import pytest
+
+    model, tok = tiny_pair("llama")
+    first = percache.enable(model, tok)
+    with pytest.raises(RuntimeError, match="already has an open percache handle.*close"):
+        percache.enable(model, tok)
+    g = first.generate(SEGMENTS, max_new_tokens=2)  # the refused enable changed nothing
+    assert g.stats.tokens_computed > 0 and first.enabled
+    first.close()
+    second = percache.enable(model, tok)  # closed: free again
+    del second
+    gc.collect()
+    percache.enable(model, tok).close()  # dropped without close(): free once collected
