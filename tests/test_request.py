@@ -114,3 +114,21 @@ def test_a_recomputed_request_streams_its_prompt_once(tmp_path: Path, drafting: 
         assert [t for p in streamer.puts[1:] for t in p] == want
         assert streamer.ended == 1
     assert no_reader_left()
+
+
+@pytest.mark.parametrize("extra", [
+    {"past_key_values": None}, {"return_dict_in_generate": True}, {"output_logits": True},
+    {"pad_token_id": 0}, {"attention_mask": None}, {"num_beams": 2},
+    {"num_return_sequences": 2, "do_sample": True},
+])
+def test_generate_arguments_percache_cannot_honour_are_named(extra: dict[str, object]) -> None:
+    """They ended in "got multiple values" (a TypeError from generate), or, for more than one
+    sequence, in a size mismatch in the cache update once K/V was reused."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    name = next(iter(extra))
+    with pytest.raises(ValueError, match=f"^{name}"):
+        pc.generate(SEGMENTS, max_new_tokens=2, **extra)
+    assert pc.generate(SEGMENTS, max_new_tokens=2).stats.tokens_reused == 0  # nothing stored
+    assert pc.generate(SEGMENTS, max_new_tokens=2).stats.tokens_reused > 0
+    pc.close()

@@ -30,7 +30,14 @@ from ..hooks.registries import Registries
 from ..kv.blocks import block_prompt, plain_ids
 from ..kv.cache import empty_cache
 from ..kv.stores import FingerprintStores
-from ..request import Finish, Prefilled, check_length, open_request, recompute_on_corrupt
+from ..request import (
+    Finish,
+    Prefilled,
+    check_generate_kwargs,
+    check_length,
+    open_request,
+    recompute_on_corrupt,
+)
 from ..reuse import ReuseRunner
 from ..segments import Prompt, Segment, normalize_segments
 from ..stats import Generation, GenerationStats, StatsTotals
@@ -183,6 +190,7 @@ class Engine:
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
+            check_generate_kwargs(self.model, generate_kwargs)
             return recompute_on_corrupt(lambda n: self._generate(segments, drafts, generate_kwargs, t0, n), generate_kwargs)
 
     def _generate(self, segments: Sequence[str | Segment] | Prompt, drafts: DraftHints | None, generate_kwargs: dict[str, Any], t0: float, aborted: int) -> Generation:
