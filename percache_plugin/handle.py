@@ -151,10 +151,7 @@ class PerCache:
     def generate(self, segments: Sequence[str | Segment], **generate_kwargs: Any) -> Generation:
         """Generate from ``[system, chunk, ..., query]`` reusing stored chunk K/V.
 
-        Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64);
-        the ones percache passes itself (``past_key_values``, ``attention_mask``, ``pad_token_id``,
-        ``return_dict_in_generate``, ...) and more than one sequence (``num_beams``,
-        ``num_return_sequences``) raise a ValueError naming them.
+        Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64).
         """
         return self.engine.generate(segments, **generate_kwargs)
 
