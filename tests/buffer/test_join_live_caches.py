@@ -116,3 +116,31 @@ def test_a_prefilled_cache_joined_by_the_callers_own_forward(tmp_path: Path, gra
     if not grad:  # the memory percache's inference-mode join took was written again
         assert _joins(pc)["join_reuses"] > 0
     pc.close()
+
+
+def test_a_prefilled_cache_decoded_in_another_thread_while_requests_run(tmp_path: Path) -> None:
+    import threading
+
+    model, pc = _handle("llama", tmp_path / "s")
+    want = {i: _plain(pc, s) for i, s in enumerate((SEGMENTS, ASK_OTHER, LONG))}
+    for segments in (SEGMENTS, ASK_OTHER, SEGMENTS, ASK_OTHER):
+        pc.generate(segments, **GEN)
+    kept = pc.prefill(SEGMENTS)
+    started, served = threading.Event(), threading.Event()
+    got: list[int] = []
+
+    def decode() -> None:  # its first step reads the joined prefix after the requests below
+        started.set()
+        served.wait(60)
+        got.extend(_continue(model, kept.prompt.input_ids, kept.cache))
+
+    worker = threading.Thread(target=decode)
+    worker.start()
+    started.wait(60)
+    try:
+        assert [pc.generate(s, **GEN).token_ids for s in (SEGMENTS, ASK_OTHER)] == [want[0], want[1]]
+    finally:
+        served.set()
+        worker.join(60)
+    assert got == want[0]
+    pc.close()
