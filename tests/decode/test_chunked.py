@@ -141,7 +141,7 @@ def test_background_generate_equals_foreground_output() -> None:
     assert again.stats.tokens_reused > 0 and again.token_ids == want.token_ids
 
 
-def _idle_seconds(chunk: int, budget: float) -> float:
+def _idle_run(chunk: int, budget: float) -> tuple[float, list[int]]:
     model, tok = tiny_pair("llama")
     # kv_warm off: the one task is the populate prefill whose budget overrun is measured
     pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.8,
@@ -149,18 +149,22 @@ def _idle_seconds(chunk: int, budget: float) -> float:
                          background_prefill_chunk=chunk, kv_warm=False)
     pc.add_documents([LONG_DOC] * 1, scope="u")
     pc.idle_queue.push("populate", QUESTION, "u")
-    _Forwards(model, seconds_per_token=0.004)  # ~2.4 s for the ~600-token prompt in one forward
+    forwards = _Forwards(model, seconds_per_token=0.004)  # ~2.4 s for the ~600-token prompt in one forward
     report = pc.idle(budget_s=budget)
     assert report.stopped_by == "budget" and report.preempted == 1
     assert report.remaining_by_kind == {"populate": 1}
-    return report.seconds
+    return report.seconds, forwards.lengths
 
 
 def test_idle_budget_overruns_by_at_most_one_chunk() -> None:
-    budget = 0.3
-    chunked = _idle_seconds(16, budget)
+    # The budget leaves room for the task's work before its first forward (retrieval, planning),
+    # which took over 0.3 s on a loaded machine: the control below then never started a forward.
+    budget = 1.0
+    chunked, lengths = _idle_run(16, budget)
+    assert lengths and max(lengths) <= 16, lengths
     assert chunked <= budget + 16 * 0.004 + 0.25, chunked
-    one_forward = _idle_seconds(100_000, budget)
+    one_forward, lengths = _idle_run(100_000, budget)
+    assert lengths and max(lengths) > 16 * 8, lengths  # the prompt went in as one forward
     assert one_forward > budget + 1.0, one_forward  # what the chunking prevents
 
 
