@@ -76,6 +76,8 @@ class Background:
     by_kind: dict[str, int] = field(default_factory=dict)
     prefill_by_kind: dict[str, int] = field(default_factory=dict)
     """Prompt tokens computed per task kind (the handle's background stats at the end)."""
+    skipped_by_kind: dict[str, int] = field(default_factory=dict)
+    """Tasks taken off the queue without running, per kind (e.g. warming at its share)."""
 
     def add(self, report: object, seconds: float) -> None:
         """Add an :class:`~percache_plugin.idle.IdleReport` (or anything with its counters)."""
@@ -85,8 +87,10 @@ class Background:
         self.decode_tokens += int(getattr(report, "decode_tokens", 0) or 0)
         self.flops += float(getattr(report, "flops", 0.0) or 0.0)
         self.predicted += len(getattr(report, "predicted", None) or ())
-        for kind, n in (getattr(report, "by_kind", None) or {}).items():
-            self.by_kind[str(kind)] = self.by_kind.get(str(kind), 0) + int(n)
+        for counts, into in ((getattr(report, "by_kind", None), self.by_kind),
+                             (getattr(report, "skipped_by_kind", None), self.skipped_by_kind)):
+            for kind, n in (counts or {}).items():
+                into[str(kind)] = into.get(str(kind), 0) + int(n)
 
 
 @dataclass
@@ -296,6 +300,8 @@ def summarize(runs: Sequence[RunResult]) -> dict[str, Any]:
         "bg_prefill_tokens": sum(b.prefill_tokens for b in bg),
         "bg_prefill_by_kind": {k: sum(b.prefill_by_kind.get(k, 0) for b in bg)
                                for k in sorted({k for b in bg for k in b.prefill_by_kind})},
+        "bg_skipped_by_kind": {k: sum(b.skipped_by_kind.get(k, 0) for b in bg)
+                               for k in sorted({k for b in bg for k in b.skipped_by_kind})},
         "bg_decode_tokens": sum(b.decode_tokens for b in bg),
         "bg_tasks": sum(b.tasks_run for b in bg),
         "bg_seconds": sum(b.seconds for b in bg),
