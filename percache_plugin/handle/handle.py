@@ -1,5 +1,4 @@
-"""The PerCache handle: an :class:`~percache_plugin.engine.Engine` composed with an
-:class:`~percache_plugin.assistant.Assistant`, and :func:`enable`."""
+"""The PerCache handle's requests, settings and life cycle, and :func:`enable`."""
 
 from __future__ import annotations
 
@@ -9,36 +8,29 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pluggy
-
-from .assistant import Answer, Assistant
-from .assistant.worker import IdleWorker
-from .attention.rope import RopeShifter
-from .config import Config
-from .core.capabilities import Capabilities
-from .core.debuglog import ensure_handler
-from .engine import Engine
-from .hooks.manager import Hooks
-from .idle import IdleQueue, IdleReport
-from .kv.store import KVStore
-from .memory.api import Memory
-from .memory.plugin import MEMORY_PLUGIN, MemoryPlugin
-from .personas import Personas
-from .predict.state import PredictionState
-from .rag.embeddings import Embedder
-from .rag.knowledge import AddReport, KnowledgeBank
-from .rag.qa_bank import QABank, QAEntry
-from .request import Prefilled
-from .segments import Prompt, Segment
-from .session.reply import Reply
-from .session.sessions import DEFAULT_SESSION, Sessions
-from .stats import Generation, StatsTotals
-from .turnlog import TurnLog, TurnRecord
+from ..assistant import Answer, Assistant
+from ..assistant.worker import IdleWorker
+from ..config import Config
+from ..core.debuglog import ensure_handler
+from ..engine import Engine
+from ..idle import IdleReport
+from ..memory.api import Memory
+from ..memory.plugin import MEMORY_PLUGIN, MemoryPlugin
+from ..personas import Personas
+from ..rag.knowledge import AddReport
+from ..rag.qa_bank import QAEntry
+from ..request import Prefilled
+from ..segments import Prompt, Segment
+from ..session.reply import Reply
+from ..session.sessions import DEFAULT_SESSION, Sessions
+from ..stats import Generation, StatsTotals
+from ..turnlog import TurnLog, TurnRecord
+from .parts import HandleParts
 
 __all__ = ["PerCache", "enable"]
 
 
-class PerCache:
+class PerCache(HandleParts):
     """A handle on one enabled model. Create it with :func:`enable`.
 
     :ivar engine: K/V reuse (generate, prefill, the store, the attention switch).
@@ -60,88 +52,6 @@ class PerCache:
     def _memory_plugin(self) -> MemoryPlugin | None:
         plugin = self.engine.plugins.get_plugin(MEMORY_PLUGIN)
         return plugin if isinstance(plugin, MemoryPlugin) else None
-
-    # -- what the handle is made of -------------------------------------------------------
-    @property
-    def model(self) -> Any:
-        return self.engine.model
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.engine.tokenizer
-
-    @property
-    def config(self) -> Config:
-        """The current settings (change them with :meth:`configure`)."""
-        return self.engine.config
-
-    @property
-    def store(self) -> KVStore:
-        return self.engine.store
-
-    @property
-    def plugins(self) -> pluggy.PluginManager:
-        return self.engine.plugins
-
-    @property
-    def hooks(self) -> Hooks:
-        return self.engine.hooks
-
-    @property
-    def fingerprint(self) -> str:
-        """The fingerprint of the weights in use (checked again at every request)."""
-        return self.engine.follow_model()
-
-    def refresh_fingerprint(self) -> str:
-        """Hash every weight again: needed only after writes through ``param.data``, which
-        bypass the version counters the per-request check reads."""
-        return self.engine.refresh_fingerprint()
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.engine.capabilities
-
-    @property
-    def shifter(self) -> RopeShifter | None:
-        return self.engine.shifter
-
-    @property
-    def n_parameters(self) -> int:
-        return self.engine.n_parameters
-
-    @property
-    def enabled(self) -> bool:
-        return self.engine.enabled
-
-    @property
-    def embedder(self) -> Embedder:
-        """The banks' embedder (loaded on first use)."""
-        return self.assistant.embedder
-
-    @property
-    def knowledge(self) -> KnowledgeBank:
-        """The knowledge bank: chunks of the documents added, with their hybrid index."""
-        return self.assistant.knowledge
-
-    @property
-    def qa_bank(self) -> QABank:
-        """Answered questions: list, correct and delete entries here."""
-        return self.assistant.qa_bank
-
-    @property
-    def idle_queue(self) -> IdleQueue:
-        """Work deferred to :meth:`idle` (persistent with an on-disk store)."""
-        return self.assistant.idle_queue
-
-    @property
-    def prediction_state(self) -> PredictionState:
-        """Per-scope abstract, chunks waiting for it, and recent questions."""
-        return self.assistant.prediction_state
-
-    @property
-    def background_stats(self) -> Any:
-        """Background compute per idle task kind."""
-        return self.assistant.background_stats
 
     # -- requests -------------------------------------------------------------------------
     def prompt(self, segments: Sequence[str | Segment]) -> Prompt:
