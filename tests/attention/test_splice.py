@@ -44,7 +44,9 @@ def test_recompute_all_equals_full_prefill(family: str) -> None:
     assert g.stats.tokens_recomputed > 0 and g.stats.tokens_shifted == 0
     assert not g.stats.approximate and not g.stats.fallback
     assert g.token_ids == want
-    assert (g.first_logits - logits).abs().max().item() <= 1e-5
+    # fp32 summation-order error only: measured up to 5.8e-6 (phi3) with logits of magnitude ~5
+    # (tests.models.TINY_INIT_RANGE); 1e-5 left under 2x headroom.
+    assert (g.first_logits - logits).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2", "phi3"])
@@ -54,7 +56,8 @@ def test_one_stale_slot_breaks_equivalence(family: str) -> None:
     g = pc.generate(REORDERED, **GEN)
     _, logits = baseline(model, g.prompt_ids, GEN["max_new_tokens"])
     assert g.stats.tokens_shifted == 1 and g.stats.approximate
-    assert (g.first_logits - logits).abs().max().item() > 1e-5
+    # Ten times the equivalence test's tolerance: that test would catch this one stale slot.
+    assert (g.first_logits - logits).abs().max().item() > 1e-3
 
 
 @pytest.mark.parametrize("family", ROPE_FAMILIES)

@@ -85,8 +85,10 @@ def test_facts_are_computed_once_then_spliced_exactly_at_the_same_position(pair:
         assert torch.equal(lay.keys[0, :, region], k) and torch.equal(lay.values[0, :, region], v)
     _check_generate(pc, again)
     full = _full_forward(pc.model, b.ids[:b.cache.get_seq_length()])
+    # fp32 summation-order error only: measured up to 4.1e-6 (keys scale with the weights' std,
+    # tests.models.TINY_INIT_RANGE); 1e-5 left under 3x headroom.
     for (k, v), lay in zip(full, b.cache.layers, strict=True):
-        assert (lay.keys - k).abs().max().item() <= 1e-5 and (lay.values - v).abs().max().item() <= 1e-5
+        assert (lay.keys - k).abs().max().item() <= 1e-4 and (lay.values - v).abs().max().item() <= 1e-4
     pc.disable()
 
 
