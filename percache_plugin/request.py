@@ -25,7 +25,7 @@ from .stats import Generation, GenerationStats, StatsTotals
 if TYPE_CHECKING:
     from .hooks.contexts import EngineContext
 
-__all__ = ["Finish", "Opened", "Prefilled", "PromptOnce", "check_length", "open_request", "recompute_on_corrupt", "check_generate_kwargs"]
+__all__ = ["Finish", "Opened", "Prefilled", "PromptOnce", "check_length", "open_request", "recompute_on_corrupt"]
 
 log = logging.getLogger("percache")
 T = TypeVar("T")
@@ -54,30 +54,6 @@ class Opened:
     served: int
     stats: GenerationStats
     finish: Finish
-
-
-# Arguments of model.generate that percache passes itself (the ids and cache it built, the
-# outputs a Generation is made of): a caller's value used to end in "got multiple values".
-_OWN_ARGUMENTS = ("input_ids", "attention_mask", "past_key_values", "return_dict_in_generate",
-                  "output_logits", "pad_token_id")
-
-
-def check_generate_kwargs(model: Any, kwargs: dict[str, Any]) -> None:
-    """Refuse ``model.generate`` arguments percache cannot honour, naming them: the ones it
-    passes itself, and more than one sequence per request (beams, ``num_return_sequences``:
-    the reused cache is a batch of one; such a call crashed in the cache update once K/V was
-    reused, and returned only the first sequence before)."""
-    for name in _OWN_ARGUMENTS:
-        if name in kwargs:
-            raise ValueError(
-                f"{name} cannot be passed: percache gives model.generate its own (the prompt's ids "
-                "and the cache it built; the result is a Generation with token_ids and first_logits)")
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
-    for name in ("num_beams", "num_return_sequences"):
-        value = kwargs.get(name, getattr(config, name, 1))
-        if value is not None and value != 1:
-            raise ValueError(f"{name}={value} cannot be honoured: percache generates one sequence "
-                             "over a batch-of-one cache")
 
 
 def check_length(model: Any, prompt: Prompt, max_new: int) -> None:

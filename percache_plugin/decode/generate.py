@@ -110,6 +110,12 @@ def _own_stop_strings(model: Any, tokenizer: Any, kwargs: dict[str, Any],
     return {**{k: v for k, v in kwargs.items() if k != "tokenizer"}, "stop_strings": None}
 
 
+# Arguments of model.generate that percache passes itself (the ids and cache it built, the
+# outputs a Generation is made of): a caller's value used to end in "got multiple values".
+_OWN_ARGUMENTS = ("input_ids", "attention_mask", "past_key_values", "return_dict_in_generate",
+                  "output_logits", "pad_token_id")
+
+
 def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served: int,
                  stats: GenerationStats, kwargs: dict[str, Any], t0: float,
                  preempt: threading.Event | None, deadline: float | None = None,
@@ -120,6 +126,16 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
 
     With ``drafting`` (greedy decoding only, see :func:`greedy_reason`) the decoding loop is
     :class:`~percache_plugin.decode.verify.DraftedDecoding`: the same tokens, fewer forwards."""
+    for name in _OWN_ARGUMENTS:
+        if name in kwargs:
+            raise ValueError(
+                f"{name} cannot be passed: percache gives model.generate its own (the prompt's ids "
+                "and the cache it built; the result is a Generation with token_ids and first_logits)")
+    for name in ("num_beams", "num_return_sequences"):
+        value = _setting(model, kwargs, name)
+        if value is not None and value != 1:  # the reused cache is a batch of one
+            raise ValueError(f"{name}={value} cannot be honoured: percache generates one sequence "
+                             "over a batch-of-one cache")
     if kwargs.get("token_type_ids") is not None:
         # Stored and recycled K/V was computed without token types (GPT-2 adds their embedding
         # at every position): reusing it for such a call would silently change the output.

@@ -33,7 +33,6 @@ from ..kv.stores import FingerprintStores
 from ..request import (
     Finish,
     Prefilled,
-    check_generate_kwargs,
     check_length,
     open_request,
     recompute_on_corrupt,
@@ -190,7 +189,6 @@ class Engine:
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
-            check_generate_kwargs(self.model, generate_kwargs)
             return recompute_on_corrupt(lambda n: self._generate(segments, drafts, generate_kwargs, t0, n), generate_kwargs)
 
     def _generate(self, segments: Sequence[str | Segment] | Prompt, drafts: DraftHints | None, generate_kwargs: dict[str, Any], t0: float, aborted: int) -> Generation:

@@ -100,6 +100,22 @@ def test_bad_input_is_named() -> None:
     assert pc.sessions.get("default").turns == []
 
 
+@pytest.mark.parametrize("extra", [{"past_key_values": None}, {"num_beams": 2},
+                                   {"num_return_sequences": 2, "do_sample": True}])
+def test_generate_arguments_percache_cannot_honour_are_named_in_chat(extra: dict[str, object]) -> None:
+    """A chat turn passed them to model.generate as well: "got multiple values" for the ones
+    percache passes itself, and a beam search over the session's batch-of-one cache."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok)
+    with pytest.raises(ValueError, match=f"^{next(iter(extra))}"):
+        pc.chat("Hi there.", max_new_tokens=4, **extra)
+    assert pc.sessions.get("default").turns == []  # the failed turn left nothing
+    reply = pc.chat("Hi there.", max_new_tokens=4)
+    want, _ = baseline(model, reply.prompt_ids, 4)
+    assert reply.token_ids == want
+    pc.close()
+
+
 def test_concurrent_calls_on_one_session_are_serialised() -> None:
     model, tok = tiny_pair("llama")
     pc = percache.enable(model, tok)
