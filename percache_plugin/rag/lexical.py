@@ -93,6 +93,8 @@ MAX_LEFT: Final = 2
 """Most content words one question may lack of the other for an unmatched pair to count as a
 swap (a longer rewording is left to the other guards)."""
 _UP: Final = ("@", "@i")
+Opcode = tuple[str, int, int, int, int]  # difflib.SequenceMatcher.get_opcodes()
+Phrases = dict[str, tuple[str, ...]]  # lexical_links.phrasal_verbs()
 NUMBER_WORDS: Final = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
     "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
@@ -203,7 +205,8 @@ def find_swap(asked: str, stored: str, wn: WordNet | None = None) -> Swap | None
     module docstring)."""
     wn = wn if wn is not None else load_wordnet()
     shape_a, shape_b = question_shape(asked), question_shape(stored)
-    contrast = _preposition_swap(shape_a, shape_b)
+    ops = difflib.SequenceMatcher(None, shape_a.words, shape_b.words, autojunk=False).get_opcodes()
+    contrast = _preposition_swap(shape_a, shape_b, ops)
     if contrast is not None:
         return contrast
     key = question_terms(asked).key | question_terms(stored).key
@@ -219,22 +222,23 @@ def find_swap(asked: str, stored: str, wn: WordNet | None = None) -> Swap | None
                 if related(x, y) == "antonym":
                     return Swap(x, y, "antonym")
 
-    def uncovered(words: Sequence[str], mine: QuestionShape, others: Sequence[str],
-                  theirs: QuestionShape) -> list[str]:
+    phrases_a, phrases_b = phrasal_verbs(wn, shape_a.surface), phrasal_verbs(wn, shape_b.surface)
+
+    def uncovered(words: Sequence[str], mine: QuestionShape, mine_phrases: Phrases,
+                  others: Sequence[str], theirs: QuestionShape, their_phrases: Phrases) -> list[str]:
         # Only the other question's words this one lacks can stand for a word of it (a word
         # both share is matched already), and WordNet's phrasal verbs of either question.
         own = set(mine.words)
         stems = dict(zip(theirs.surface, theirs.words, strict=True))
         cover = [o for o in others if stems.get(o) not in own]
-        cover += [v for vs in phrasal_verbs(wn, theirs.surface).values() for v in vs]
-        phrases = phrasal_verbs(wn, mine.surface)
+        cover += [v for vs in their_phrases.values() for v in vs]
         return [w for w in words if _known(wn, w)
-                and not any(related(f, o) == "same" for f in (w, *phrases.get(w, ()))
+                and not any(related(f, o) == "same" for f in (w, *mine_phrases.get(w, ()))
                             for o in cover)]
 
-    open_a = uncovered(left_a, shape_a, all_b, shape_b)
-    open_b = uncovered(left_b, shape_b, all_a, shape_a)
-    slots = _replaced(shape_a, shape_b)
+    open_a = uncovered(left_a, shape_a, phrases_a, all_b, shape_b, phrases_b)
+    open_b = uncovered(left_b, shape_b, phrases_b, all_a, shape_a, phrases_a)
+    slots = _replaced(shape_a, shape_b, ops)
     for x in open_a:
         for y in open_b:
             if related(x, y) == "sister":
@@ -244,11 +248,11 @@ def find_swap(asked: str, stored: str, wn: WordNet | None = None) -> Swap | None
     return None
 
 
-def _preposition_swap(x: QuestionShape, y: QuestionShape) -> Swap | None:
+def _preposition_swap(x: QuestionShape, y: QuestionShape, ops: Sequence[Opcode]) -> Swap | None:
     """The two questions differ in one word only, a pair of :data:`PREPOSITION_CONTRASTS`
-    ("suggested for" / "suggested by" the transcribers): who does what changes."""
-    matcher = difflib.SequenceMatcher(None, x.words, y.words, autojunk=False)
-    changed = [c for c in matcher.get_opcodes() if c[0] != "equal"]
+    ("suggested for" / "suggested by" the transcribers): who does what changes. ``ops``:
+    ``difflib``'s opcodes from ``x.words`` to ``y.words``."""
+    changed = [c for c in ops if c[0] != "equal"]
     if len(changed) != 1:
         return None
     op, i1, i2, j1, j2 = changed[0]
@@ -258,13 +262,12 @@ def _preposition_swap(x: QuestionShape, y: QuestionShape) -> Swap | None:
     return None
 
 
-def _replaced(x: QuestionShape, y: QuestionShape) -> set[tuple[str, str]]:
+def _replaced(x: QuestionShape, y: QuestionShape, ops: Sequence[Opcode]) -> set[tuple[str, str]]:
     """Word pairs standing in the same slot of the two questions: in one block that
     differs between them, between shared words (difflib's ``replace``), at most
     :data:`MAX_LEFT` content words on each side."""
     out: set[tuple[str, str]] = set()
-    matcher = difflib.SequenceMatcher(None, x.words, y.words, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    for op, i1, i2, j1, j2 in ops:
         if op == "replace" and _content(x.words[i1:i2]) <= MAX_LEFT \
                 and _content(y.words[j1:j2]) <= MAX_LEFT:
             out |= {(u, v) for u in x.surface[i1:i2] for v in y.surface[j1:j2]}
