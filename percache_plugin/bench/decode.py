@@ -73,7 +73,7 @@ def _meetings(data: Path, ids: set[str]) -> dict[str, Meeting]:
 
 
 def _timed(pc: Any, segments: Any, n: int, hints: DraftHints, mode: str, tree_default: bool,
-           online_default: bool = True) -> dict[str, Any]:
+           online_default: bool) -> dict[str, Any]:
     if mode == "plain":
         pc.configure(drafting=False)
     else:

@@ -27,7 +27,6 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from ..buffer.plugin import RamTierKV
 from ..bundled import load_smollm2
 from ..handle import enable
 from .arm_order import arm_orders, balanced_repeats, predecessors
@@ -44,6 +43,7 @@ from .common import (
 
 __all__ = ["add_arguments", "run", "drop_page_cache", "fill", "Filled", "ARMS"]
 
+RAM_TIER_PLUGIN = "percache_plugin.buffer.plugin:RamTierKV"  # its name in a handle's plugin manager
 ARMS = ("plain", "disk_cold", "disk_warm", "ram_tier", "ceiling", "ceiling_model_attention")
 SYSTEM = "You are a helpful assistant. Answer the question using the meeting notes."
 
@@ -157,7 +157,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with enable(model, tok, store=store, ram_cache_bytes=args.ram_bytes,
                         ram_join_buffers=not args.no_join_buffers, **opts) as h:
                 h.generate(segments, **gen)  # fills the RAM tier (untimed)
-                tier = next(p for p in h.plugins.get_plugins() if isinstance(p, RamTierKV))
+                tier = h.plugins.get_plugin(RAM_TIER_PLUGIN)
+                assert tier is not None, "the RAM tier plugin is built in"
                 before = tier.ram_tier_stats().get("join_reuses", 0)
                 out = timed(arm, h)
                 join_reuses.append(int(tier.ram_tier_stats().get("join_reuses", 0) - before))
