@@ -10,6 +10,7 @@ import torch
 
 from .attention.rope import RopeShifter
 from .attention.splice import ProbeDone, SpliceCache, splice_mask
+from .cache_arg import cache_kw
 from .core.preemption import Preempted
 from .decode import dtype_device
 from .decode.chunked import StopCheck, chunk_bounds
@@ -188,7 +189,7 @@ class ReuseRunner:
             self._masks.clear()
             try:
                 self._fill(input_ids=ids[:, positions], position_ids=positions[None],
-                           past_key_values=cache, use_cache=True, **self._no_logits)
+                           **cache_kw(cache), use_cache=True, **self._no_logits)
             except ProbeDone:
                 pass
             finally:

@@ -13,7 +13,7 @@ ROOT = Path(percache_plugin.__file__).parent
 # Lowest first. A module's layer is the one of its longest matching prefix.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
-    ("config", "segments", "stats", "fingerprint", "sqlite_tx", "filemodes", "best_effort",
+    ("config", "cache_arg", "segments", "stats", "fingerprint", "sqlite_tx", "filemodes", "best_effort",
      "rag.guards", "rag.meaning", "rag.roles", "rag.antonyms", "rag.wordnet", "kv.recompute",
      "predict.parse",
      "predict.templates", "prompts",

@@ -27,6 +27,7 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from ..cache_arg import cache_kw
 from .backend import AttentionSwitch, uninstall
 from .kinds import UnsupportedModelError
 from .profile import text_config
@@ -78,9 +79,9 @@ def _continue_and_full(model: nn.Module, head: torch.Tensor, full: torch.Tensor,
         return {"position_ids": torch.arange(a, b, device=full.device)[None]} if positions else {}
 
     cache = DynamicCache()
-    model(input_ids=head, past_key_values=cache, use_cache=True, **pos(0, n))
-    got = model(input_ids=full[:, n:], past_key_values=cache, use_cache=True, **pos(n, total))
-    want = model(input_ids=full, past_key_values=DynamicCache(), use_cache=True, **pos(0, total))
+    model(input_ids=head, **cache_kw(cache), use_cache=True, **pos(0, n))
+    got = model(input_ids=full[:, n:], **cache_kw(cache), use_cache=True, **pos(n, total))
+    want = model(input_ids=full, **cache_kw(DynamicCache()), use_cache=True, **pos(0, total))
     return got.logits[0, -2:].float(), want.logits[0, -2:].float()
 
 
@@ -127,7 +128,7 @@ class HookProbe:
         self._calls, self._backend = [], backend
         try:
             with torch.inference_mode():
-                model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+                model(input_ids=ids, **cache_kw(DynamicCache()), use_cache=True)
             calls = self._calls
         except Exception as exc:
             raise UnsupportedModelError(

@@ -2,7 +2,7 @@
 :class:`UnsupportedModelError` naming the reason (it would otherwise fail at request time), and
 the conformance suite reports every check of it as not applicable with the same reason.
 
-Three kinds are recognised from the model itself: a forward that takes no ``past_key_values``
+Three kinds are recognised from the model itself: a forward that takes no cache argument
 (state-space and recurrent models such as Mamba and RWKV, and old architectures without a
 K/V cache); hybrid models whose cache holds a recurrent state for some layers (linear
 attention, Mamba or convolution layers beside attention layers, named in the config's
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import inspect
 from typing import Any
+
+from ..cache_arg import CACHE_ARGS
 
 __all__ = ["RECURRENT_MARKERS", "UnsupportedModelError", "check_reusable", "reuse_limitation"]
 
@@ -32,7 +34,7 @@ def _forward_params(model: Any) -> set[str]:
 
 def _unwrapped(model: Any) -> Any:
     """The transformers model inside a wrapper that forwards its keyword arguments (a peft
-    ``PeftModel`` passes ``past_key_values`` through ``**kwargs``)."""
+    ``PeftModel`` passes the cache through ``**kwargs``)."""
     base = getattr(model, "get_base_model", None)
     return base() if callable(base) else model
 
@@ -41,8 +43,8 @@ def reuse_limitation(model: Any) -> str:
     """Why chunk K/V reuse does not apply to ``model`` ("" when it may)."""
     name = type(model).__name__
     model = _unwrapped(model)
-    if "past_key_values" not in _forward_params(model):
-        return (f"{name}.forward takes no past_key_values (a recurrent state or no K/V cache): "
+    if not _forward_params(model) & set(CACHE_ARGS):
+        return (f"{name}.forward takes no cache ({' or '.join(CACHE_ARGS)}: a recurrent state or no K/V cache): "
                 "chunk K/V reuse does not apply")
     config = model.config.get_text_config(decoder=True)
     kinds = {str(t) for t in (getattr(config, "layer_types", None) or ())}

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from ..cache_arg import cache_kw
 from .profile import (
     NO_ROPE,
     PROFILES,
@@ -46,7 +47,7 @@ class LayoutUnverified(NotShiftable):
 def _keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor) -> list[torch.Tensor]:
     cache = DynamicCache()
     with torch.inference_mode():
-        model(input_ids=ids[None], position_ids=positions[None], past_key_values=cache,
+        model(input_ids=ids[None], position_ids=positions[None], **cache_kw(cache),
               use_cache=True)
     return [layer.keys[0].float() for layer in cache.layers]  # type: ignore[union-attr,index]
 

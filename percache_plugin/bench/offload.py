@@ -14,6 +14,7 @@ import torch
 
 from ..buffer.offload import read_path_bandwidth
 from ..buffer.sizing import measure_bandwidth, size_loop
+from ..cache_arg import cache_kw
 from .common import markdown_table, write_json
 
 __all__ = ["add_arguments", "run"]
@@ -56,13 +57,13 @@ def _decode(model: Any, weights: Any, steps: int) -> tuple[float, int]:
     cache = DynamicCache()
     ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
     with torch.no_grad():
-        out = model(ids, past_key_values=cache, use_cache=True)
+        out = model(ids, **cache_kw(cache), use_cache=True)
         nxt = out.logits[:, -1:].argmax(-1)
         for _ in range(2):
-            nxt = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            nxt = model(nxt, **cache_kw(cache), use_cache=True).logits[:, -1:].argmax(-1)
         read0, t0 = weights.bytes_read, time.perf_counter()
         for _ in range(steps):
-            nxt = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            nxt = model(nxt, **cache_kw(cache), use_cache=True).logits[:, -1:].argmax(-1)
         elapsed = time.perf_counter() - t0
     return elapsed / steps, (weights.bytes_read - read0) // steps
 

@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache
 
 from ..bundled import load_smollm2
+from ..cache_arg import cache_kw
 from ..personas.heads import HEADS_DIR, HeadSnapshots
 from ..session.persist import SESSIONS_DB
 from .common import THREADS_HELP, markdown_table, median, spread, write_json
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.repeats):
             with torch.inference_mode():
                 times["head prefill"].append(_timed(lambda: model(  # K/V only: logits of one position
-                    input_ids=torch.tensor([head]), past_key_values=DynamicCache(), use_cache=True,
+                    input_ids=torch.tensor([head]), **cache_kw(DynamicCache()), use_cache=True,
                     logits_to_keep=1)))
 
             def read() -> None:

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from ..bundled import load_smollm2
+from ..cache_arg import cache_kw
 from ..handle import PerCache, enable
 from .common import (
     DEFAULT_QMSUM,
@@ -62,7 +63,7 @@ def _forced_logits(pc: PerCache, segments: list[str], answer: list[int]) -> tupl
     pre = pc.prefill(segments)
     ids = torch.tensor([pre.prompt.input_ids[-1:] + answer[:-1]])
     with torch.inference_mode():
-        out = pc.model(input_ids=ids, past_key_values=pre.cache, use_cache=True)
+        out = pc.model(input_ids=ids, **cache_kw(pre.cache), use_cache=True)
     return out.logits[0].float(), pre.stats
 
 

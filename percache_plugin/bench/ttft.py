@@ -28,6 +28,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from ..bundled import load_smollm2
+from ..cache_arg import cache_kw
 from ..handle import enable
 from .arm_order import arm_orders, balanced_repeats, predecessors
 from .common import (
@@ -104,7 +105,7 @@ def fill(model: Any, tok: Any, store: str | Path, segments: list[str], **opts: A
         n_cached = min(sum(p.n_tokens for p in prompt.reusable), prompt.n_tokens - 1)
         with pc.disabled(), torch.no_grad():
             full = DynamicCache()
-            model(ids[:, :n_cached], past_key_values=full, use_cache=True)
+            model(ids[:, :n_cached], **cache_kw(full), use_cache=True)
         return Filled(prompt, ids, n_cached, full, cold, pc.store.total_bytes())
 
 
@@ -113,10 +114,10 @@ def _ceiling(model: Any, ids: torch.Tensor, full: Any) -> tuple[float, int]:
     untimed request first, like the RAM tier arm's fill request, so both arms time their second
     request of their kind; ``generate`` extends the cache it gets, hence a copy per request."""
     with torch.no_grad():
-        model.generate(ids, past_key_values=copy.deepcopy(full), max_new_tokens=1, do_sample=False)
+        model.generate(ids, **cache_kw(copy.deepcopy(full)), max_new_tokens=1, do_sample=False)
         cache = copy.deepcopy(full)
         f0, t0 = _faults(), time.perf_counter()
-        model.generate(ids, past_key_values=cache, max_new_tokens=1, do_sample=False)
+        model.generate(ids, **cache_kw(cache), max_new_tokens=1, do_sample=False)
         return time.perf_counter() - t0, _faults() - f0
 
 

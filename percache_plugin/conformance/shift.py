@@ -8,6 +8,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from ..attention.profile import NO_ROPE, resolve_profile
+from ..cache_arg import cache_kw
 from ..handle import PerCache
 from ..kv.cache import layer_kv
 from ..stats import GenerationStats
@@ -39,7 +40,7 @@ def _rope_keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor) -> 
     (a config-less cache keeps full keys on sliding layers)."""
     cache = DynamicCache()
     with torch.inference_mode():
-        model(input_ids=ids[None], position_ids=positions[None], past_key_values=cache,
+        model(input_ids=ids[None], position_ids=positions[None], **cache_kw(cache),
               use_cache=True)
     return [layer_kv(cache, i)[0][0].float() for i in range(len(cache.layers))]
 
@@ -146,7 +147,7 @@ def _teacher_forced(subject: Subject, pc: PerCache,
     pre = pc.prefill(asked)
     feed = torch.cat([ids[:, -1:], teacher[:, :-1]], dim=1)
     with torch.inference_mode():
-        got = model(input_ids=feed, past_key_values=pre.cache, use_cache=True).logits[0].float()
+        got = model(input_ids=feed, **cache_kw(pre.cache), use_cache=True).logits[0].float()
     return ref, got, pre.stats
 
 

@@ -14,6 +14,7 @@ from ..attention.backend import PREFIX
 from ..attention.hf_private import attn_implementation
 from ..attention.hf_private import check as check_private
 from ..attention.hook_probe import attention_layers
+from ..cache_arg import cache_kw
 from ..hooks.specs import hookimpl
 from .result import Outcome, failed, not_applicable, passed
 from .subject import CHUNKS, QUERIES, SYSTEM, Subject, logits_tolerance, open_handle
@@ -68,7 +69,7 @@ def check_attention_switch(subject: Subject) -> Outcome:
         with torch.inference_mode():
             for step in (ids, ids[:, -1:]):
                 counter.calls.clear()
-                model(input_ids=step, past_key_values=cache, use_cache=True)
+                model(input_ids=step, **cache_kw(cache), use_cache=True)
                 per_forward.append(list(counter.calls))
     figure = f"{len(per_forward[0])} calls/forward, {len(expected)} attention layers"
     for i, calls in enumerate(per_forward):

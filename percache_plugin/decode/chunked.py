@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..cache_arg import cache_kw
 from ..core.preemption import Preempted, Preemption
 from .generate import dtype_device
 
@@ -60,7 +61,7 @@ def prefill_chunked(model: Any, input_ids: Sequence[int], cache: Any, start: int
         ids = torch.tensor([list(input_ids[a:b])], device=device)
         positions = torch.arange(a, b, device=device)[None]
         with torch.inference_mode():
-            model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True)
+            model(input_ids=ids, position_ids=positions, **cache_kw(cache), use_cache=True)
         done = b
     return done
 

@@ -15,6 +15,7 @@ from transformers import (
     StopStringCriteria,
 )
 
+from ..cache_arg import CACHE_ARGS, cache_kw
 from ..segments import Prompt
 from ..stats import Generation, GenerationStats
 from .verify import DraftedDecoding
@@ -112,7 +113,7 @@ def _own_stop_strings(model: Any, tokenizer: Any, kwargs: dict[str, Any],
 
 # Arguments of model.generate that percache passes itself (the ids and cache it built, the
 # outputs a Generation is made of): a caller's value used to end in "got multiple values".
-_OWN_ARGUMENTS = ("input_ids", "attention_mask", "past_key_values", "return_dict_in_generate",
+_OWN_ARGUMENTS = ("input_ids", "attention_mask", *CACHE_ARGS, "return_dict_in_generate",
                   "output_logits", "pad_token_id")
 
 
@@ -171,7 +172,7 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
     kwargs = {**kwargs, "use_cache": True}
     with torch.inference_mode():
         out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+            ids, attention_mask=torch.ones_like(ids), **cache_kw(cache),
             logits_processor=processors, stopping_criteria=criteria, return_dict_in_generate=True,
             output_logits=True, pad_token_id=pad, **kwargs,
         )

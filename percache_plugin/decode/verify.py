@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from ..cache_arg import CACHE_ARG, cache_kw, decoder_output
 from .lookup import OUTPUT, Draft, DraftIndex
 from .packed import PackOnDemand
 from .schedule import DraftSchedule
@@ -189,9 +189,9 @@ class DraftedDecoding:
         mask = model_kwargs.get("attention_mask")
         if mask is not None and not bool((mask == 1).all()):
             raise ValueError("drafted decoding does not support padding (attention_mask with zeros)")
-        cache = model_kwargs.get("past_key_values")
+        cache = model_kwargs.get(CACHE_ARG)
         if cache is None:
-            raise ValueError("drafted decoding needs a cache (past_key_values)")
+            raise ValueError(f"drafted decoding needs a cache ({CACHE_ARG})")
         keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         positions = model_kwargs.get("position_ids")
         max_length = int(stopping_criteria.max_length or generation_config.max_length)
@@ -246,7 +246,7 @@ class DraftedDecoding:
             route = linears.get().active() if linears is not None else contextlib.nullcontext()
             t0 = time.perf_counter()
             with route:
-                out = model(input_ids=feed, past_key_values=cache, use_cache=True, **extra)
+                out = model(input_ids=feed, **cache_kw(cache), use_cache=True, **extra)
             c.packed_calls += getattr(route, "calls", 0)
             took = time.perf_counter() - t0
             c.forward_s.append((len(tokens), took))
@@ -305,9 +305,5 @@ class DraftedDecoding:
             streamer.end()
         if not generation_config.return_dict_in_generate:
             return ids
-        return GenerateDecoderOnlyOutput(
-            sequences=ids,  # type: ignore[arg-type]
-            scores=tuple(scores_out) if generation_config.output_scores else None,  # type: ignore[arg-type]
-            logits=tuple(raw) if generation_config.output_logits else None,  # type: ignore[arg-type]
-            past_key_values=cache,
-        )
+        return decoder_output(ids, tuple(scores_out) if generation_config.output_scores else None,
+                              tuple(raw) if generation_config.output_logits else None, cache)

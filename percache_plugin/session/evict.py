@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..cache_arg import cache_kw
 from .edits import session_editor
 from .reply import ChatStats
 from .state import Session, Turn, cache_tokens, crop_to
@@ -130,7 +131,7 @@ def _recompute(engine: Engine, session: Session, start: int, k: int) -> None:
     crop_to(cache, start)
     ids = torch.tensor([session.ids[start:start + k]], device=next(engine.model.parameters()).device)
     with torch.inference_mode():
-        engine.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        engine.model(input_ids=ids, **cache_kw(cache), use_cache=True)
     for lay, (k_saved, v_saved) in zip(cache.layers, saved, strict=True):
         lay.keys = torch.cat([lay.keys, k_saved], dim=-2)
         lay.values = torch.cat([lay.values, v_saved], dim=-2)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..cache_arg import cache_kw
 from ..config import Config
 from ..decode import dtype_device
 from ..kv.cache import slice_chunk
@@ -243,7 +244,7 @@ def _compute(engine: Engine, session: Session, ids: list[int]) -> None:
     device = next(engine.model.parameters()).device
     with torch.inference_mode():
         engine.model(input_ids=torch.tensor([ids[have:]], device=device),
-                     past_key_values=session.cache, use_cache=True)
+                     **cache_kw(session.cache), use_cache=True)
 
 
 def _append(session: Session, kv: ChunkKV, skip: int, delta: int, shifter: Any,

@@ -26,9 +26,10 @@ SIZES: dict[str, Any] = {"vocab_size": 320, "hidden_size": 64, "num_hidden_layer
 ATTN: dict[str, Any] = {"num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}
 
 CASES: dict[str, tuple[Callable[[], Any], str]] = {
-    "mamba": (lambda: MambaConfig(**SIZES, state_size=8), "takes no past_key_values"),
+    # transformers 5.24 renamed Mamba's cache_params to cache and gave it linear_attention layer types
+    "mamba": (lambda: MambaConfig(**SIZES, state_size=8), "takes no cache|recurrent state"),
     "rwkv": (lambda: RwkvConfig(**SIZES, attention_hidden_size=64, intermediate_size=128),
-             "takes no past_key_values"),
+             "takes no cache"),
     "jamba": (lambda: JambaConfig(**SIZES, **ATTN, attn_layer_period=2, attn_layer_offset=1,
                                   num_experts=2, expert_layer_period=2, mamba_d_state=8),
               "layers of type .*mamba"),
