@@ -7,7 +7,7 @@ exposes them for listing and correcting only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..best_effort import best_effort
@@ -17,7 +17,7 @@ from ..core.registry import Registry
 from ..engine import Engine
 from ..hooks.contexts import AssistantContext
 from ..idle import IdleQueue, IdleReport, IdleTask
-from ..kv.store import DB_NAME
+from ..kv.store import DB_NAME, KVStore
 from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
 from ..predict.state import PredictionState
 from ..rag.chunking import Document
@@ -134,11 +134,17 @@ class Assistant:
 
     def add_documents(self, docs: Any, *, scope: str | None = None) -> AddReport:
         """Add documents (hook ``percache_add_documents``, the default: the knowledge bank);
-        stale answers are queued for refresh."""
+        stale answers are queued for refresh. A document given again with its id replaces the
+        old text: the answers built on its removed chunks are deleted (hook
+        ``percache_sources_forgotten``) and so is their K/V in this model's store."""
         with self._foreground():
             if isinstance(docs, (str, bytes, Mapping, Document)):
                 docs = [docs]
             report = self.hooks.add_documents(self.ctx, list(docs), scope)
+            if report.replaced_chunks:
+                self.hooks.sources_forgotten(self.ctx, report.replaced_chunks)
+                with best_effort("deleting the K/V of replaced chunks", self.engine.stats()):
+                    _drop_chunk_kv(self.engine.store, report.replaced_chunks)
             self.hooks.documents_added(self.ctx, report)
             by_scope: dict[str | None, list[str]] = {}
             for c in report.new_chunks:
@@ -241,3 +247,10 @@ class Assistant:
             for part in (self._idle_queue, self._prediction_state):
                 if part is not None:
                     part.close()
+
+
+def _drop_chunk_kv(store: KVStore, chunk_ids: Sequence[str]) -> int:
+    """Delete the K/V nodes stored for these chunks, with the nodes computed after them."""
+    gone = set(chunk_ids)
+    keys = [n.key for n in store.nodes() if n.extra.get("chunk") in gone]
+    return sum(store.delete(key) for key in keys if store.contains(key))

@@ -51,11 +51,14 @@ class AddReport:
     :ivar documents: documents received.
     :ivar new_chunks: chunks that were not in the bank before (embedded and indexed now).
     :ivar duplicate_chunks: chunks already present (same text in the same scope), skipped.
+    :ivar replaced_chunks: ids of the chunks removed because a document given again with the
+        same id and scope no longer has them (its text changed, or the chunk size did).
     """
 
     documents: int
     new_chunks: tuple[Chunk, ...]
     duplicate_chunks: int
+    replaced_chunks: tuple[str, ...] = ()
 
 
 class KnowledgeBank:
@@ -217,9 +220,13 @@ class KnowledgeBank:
     ) -> AddReport:
         """Chunk, embed and store documents. ``scope`` applies to documents that carry none.
 
-        Every document is validated before anything is stored, so a bad one (empty, not UTF-8)
-        raises naming it and leaves the bank unchanged. Once this returns, the chunks are in
-        the database (committed), whatever other processes do."""
+        A document whose id and scope are already in the bank replaces it: its chunks that the
+        new text (or the current chunk size) no longer gives are removed in the same
+        transaction (``AddReport.replaced_chunks``). A chunk is stored once per scope and text,
+        under the first document that had it, so a paragraph two documents share goes with the
+        document that stored it. Every document is validated before anything is stored, so a
+        bad one (empty, not UTF-8) raises naming it and leaves the bank unchanged. Once this
+        returns, the chunks are in the database (committed), whatever other processes do."""
         if isinstance(docs, (str, bytes, Document)) or isinstance(docs, Mapping):
             docs = [docs]  # type: ignore[list-item]
         documents = []
@@ -238,13 +245,16 @@ class KnowledgeBank:
                 for c in chunk_document(doc, target_words=self.chunk_words):
                     chunks.setdefault(c.id, c)
             new = [c for c in chunks.values() if c.id not in self._index]
-            if new:
-                vectors = self._embed_with_progress([c.text for c in new])
-                self._unsaved += self._rows.insert(new, vectors)
+            replaced = sorted(set().union(*(self._rows.document_chunks(d.id, d.scope)  # type: ignore[arg-type]
+                                            for d in documents)) - chunks.keys())
+            if new or replaced:
+                vectors = (self._embed_with_progress([c.text for c in new]) if new
+                           else np.zeros((0, self.embedder.dim), np.float32))
+                self._unsaved += self._rows.insert(new, vectors, drop=replaced)
                 self._sync()
                 self._save()
                 self._write_meta()
-            return AddReport(len(documents), tuple(new), len(chunks) - len(new))
+            return AddReport(len(documents), tuple(new), len(chunks) - len(new), tuple(replaced))
 
     def _embed_with_progress(self, texts: list[str], batch: int = 64) -> np.ndarray:
         """Embed ``texts``; a progress bar (stderr, terminals only) when there are many."""

@@ -70,18 +70,27 @@ class ChunkRows:
         self.db.execute("UPDATE kb_meta SET value = CAST(value AS INTEGER) + 1 "
                         "WHERE name = 'generation'")
 
-    def insert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> int:
-        """Store chunks with their vectors (one transaction); returns how many were new."""
+    def insert(self, chunks: Sequence[Chunk], vectors: np.ndarray, *,
+               drop: Iterable[str] = ()) -> int:
+        """Store chunks with their vectors and delete the rows ``drop`` names, in one
+        transaction (a reader never sees a document with neither its old nor its new chunks);
+        returns how many rows were added or deleted."""
         rows = [(c.id, c.doc_id, c.index, c.text, c.scope, json.dumps(dict(c.metadata)),
                  np.asarray(v, dtype=np.float32).tobytes()) for c, v in zip(chunks, vectors, strict=True)]
         with transaction(self.db):
             before = self.db.total_changes
             self.db.executemany("INSERT OR IGNORE INTO kb_chunks (id, doc_id, idx, text, scope, "
                                 "metadata, vector) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-            added = self.db.total_changes - before
-            if added:
+            self.db.executemany("DELETE FROM kb_chunks WHERE id = ?", [(i,) for i in drop])
+            changed = self.db.total_changes - before
+            if changed:
                 self._bump()
-        return added
+        return changed
+
+    def document_chunks(self, doc_id: str, scope: str | None) -> set[str]:
+        """The ids of the chunks stored for document ``doc_id`` in ``scope``."""
+        return {r[0] for r in self.db.execute(
+            "SELECT id FROM kb_chunks WHERE doc_id = ? AND scope IS ?", (doc_id, scope))}
 
     def delete(self, ids: Iterable[str]) -> int:
         ids = list(ids)

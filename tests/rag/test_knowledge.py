@@ -127,3 +127,30 @@ def test_a_store_written_before_the_database_is_moved_into_it(tmp_path: Path) ->
     assert len(bank) == len(FACTS) and _texts(bank, "dentist", k=1) == [FACTS[1]]
     with pytest.raises(ValueError, match="built with embedder"):
         KnowledgeBank(directory, HashEmbedder(64))
+
+
+def test_a_document_given_again_with_its_id_replaces_its_old_text(tmp_path: Path) -> None:
+    bank = _bank(tmp_path / "kb")
+    bank.add_documents([{"text": "The rehearsal is on Friday.", "id": "ana", "scope": "a"},
+                        {"text": "The rehearsal is on Friday.", "id": "ana", "scope": "b"},
+                        {"text": "The budget review is on Monday.", "id": "ben", "scope": "a"}])
+    report = bank.add_documents([{"text": "The rehearsal is cancelled.", "id": "ana"}], scope="a")
+    assert len(report.replaced_chunks) == 1 and len(report.new_chunks) == 1
+    assert sorted(c.text for c in bank.chunks() if c.scope == "a") == [
+        "The budget review is on Monday.", "The rehearsal is cancelled."]
+    assert _texts(bank, "rehearsal", scope="b") == ["The rehearsal is on Friday."]  # other scope kept
+    again = bank.add_documents([{"text": "The rehearsal is cancelled.", "id": "ana"}], scope="a")
+    assert again.replaced_chunks == () and again.new_chunks == ()
+    bank.close()
+    reopened = _bank(tmp_path / "kb")  # the rows, not only the index, lost the old text
+    assert "The rehearsal is on Friday." not in _texts(reopened, "rehearsal Friday", scope="a")
+
+
+def test_a_document_re_chunked_at_another_size_keeps_no_old_chunk() -> None:
+    text = " ".join(f"Sentence {i} says the meeting moved to room {i}." for i in range(12))
+    bank = _bank(None, chunk_words=20)
+    old = bank.add_documents([{"text": text, "id": "notes"}])
+    bank.chunk_words = 60
+    new = bank.add_documents([{"text": text, "id": "notes"}])
+    assert {c.id for c in bank.chunks()} == {c.id for c in new.new_chunks}
+    assert set(new.replaced_chunks) == {c.id for c in old.new_chunks}

@@ -1,0 +1,41 @@
+"""Assistant: content that changes under the cache is never answered from its old text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import percache_plugin as percache
+from tests.helpers import tiny_pair
+
+OLD = {"text": "Ana: the choir rehearsal moved to Friday at 6 pm in the small hall.", "id": "ana"}
+NEW = {"text": "Ana: the choir rehearsal is cancelled, no more rehearsals this term.", "id": "ana"}
+BEN = {"text": "Ben: the budget review is on Monday; travel costs are over plan.", "id": "ben"}
+Q = "When is the choir rehearsal?"
+GEN = {"max_new_tokens": 6}
+
+
+def _pc(store: Path) -> percache.PerCache:
+    model, tok = tiny_pair("llama")
+    return percache.enable(model, tok, store=store, embedder="hash", answer_grounding=False,
+                           predict="off", kv_warm=False)
+
+
+def test_a_replaced_document_answers_like_a_fresh_store_given_only_the_new_text(tmp_path: Path) -> None:
+    pc = _pc(tmp_path / "old")
+    pc.add_documents([OLD, BEN], scope="alice")
+    first = pc.ask(Q, scope="alice", **GEN)
+    assert first.source == "generated" and len(pc.qa_bank.entries(scope="alice")) == 1
+    old_chunk = next(c.id for c in pc.knowledge.chunks() if c.doc_id == "ana")
+    assert any(n.extra.get("chunk") == old_chunk for n in pc.engine.store.nodes())
+    pc.add_documents([NEW], scope="alice")
+    after = pc.ask(Q, scope="alice", **GEN)
+    assert old_chunk not in after.sources
+    assert [e.question for e in pc.qa_bank.entries(scope="alice")] == [Q]  # only the new answer
+    assert not any(n.extra.get("chunk") == old_chunk for n in pc.engine.store.nodes())
+    pc.close()
+    fresh = _pc(tmp_path / "fresh")
+    fresh.add_documents([BEN, NEW], scope="alice")
+    expected = fresh.ask(Q, scope="alice", **GEN)
+    fresh.close()
+    assert after.source == expected.source == "generated"
+    assert after.sources == expected.sources and after.text == expected.text
