@@ -14,7 +14,7 @@ ROOT = Path(percache_plugin.__file__).parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("config", "cache_arg", "segments", "stats", "fingerprint", "sqlite_tx", "filemodes", "best_effort",
-     "rag.guards", "rag.meaning", "rag.roles", "rag.antonyms", "rag.wordnet", "kv.recompute",
+     "rag.guards", "rag.abbreviations", "rag.meaning", "rag.roles", "rag.antonyms", "rag.wordnet", "kv.recompute",
      "predict.parse",
      "predict.templates", "prompts",
      "buffer.policies", "buffer.llm_aware", "buffer.adaptive", "buffer.cache", "buffer.trace", "buffer.workloads"),

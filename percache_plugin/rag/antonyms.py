@@ -2,17 +2,19 @@
 
 Each pair is two words (any inflection is matched through ``meaning.stem``) whose swap turns
 a question into one with another answer: "Is the shop open on Sunday?" / "Is the shop closed
-on Sunday?". Negating prefixes (un-, dis-, in-, im-, non-) are handled by rule, not listed.
+on Sunday?". Negating prefixes (un-, dis-, in-, im-, non-) are handled by rule, not listed,
+and so is "least" said by one question only ("favorite" / "least favorite",
+:func:`~percache_plugin.rag.meaning.meaning_checks`).
 """
 
 from __future__ import annotations
 
-__all__ = ["ANTONYM_PAIRS"]
+__all__ = ["ANTONYM_PAIRS", "CONVERSE_PAIRS"]
 
 ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
     ("open", "close"), ("open", "shut"), ("start", "stop"), ("start", "finish"),
     ("begin", "end"), ("start", "end"), ("increase", "decrease"), ("raise", "lower"),
-    ("rise", "fall"), ("up", "down"), ("buy", "sell"), ("bought", "sold"), ("win", "lose"),
+    ("rise", "fall"), ("up", "down"), ("win", "lose"),
     ("won", "lost"), ("accept", "reject"), ("accept", "decline"), ("approve", "reject"),
     ("before", "after"), ("first", "last"), ("earliest", "latest"), ("early", "late"),
     ("love", "hate"), ("like", "hate"), ("add", "remove"), ("include", "exclude"),
@@ -21,8 +23,7 @@ ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
     ("more", "fewer"), ("many", "few"), ("much", "little"), ("most", "least"), ("most", "fewest"), ("higher", "lower"),
     ("highest", "lowest"), ("best", "worst"), ("better", "worse"), ("good", "bad"),
     ("easy", "hard"), ("easy", "difficult"), ("cheap", "expensive"), ("cheapest", "dearest"),
-    ("hire", "fire"), ("lend", "borrow"), ("give", "take"), ("send", "receive"),
-    ("push", "pull"), ("positive", "negative"), ("advantage", "disadvantage"),
+    ("hire", "fire"), ("give", "take"), ("push", "pull"), ("positive", "negative"), ("advantage", "disadvantage"),
     ("pro", "con"), ("strength", "weakness"), ("true", "false"), ("right", "wrong"),
     ("allow", "forbid"), ("allow", "ban"), ("allow", "prohibit"), ("permit", "forbid"),
     ("big", "small"), ("large", "small"), ("long", "short"), ("tall", "short"),
@@ -42,3 +43,13 @@ ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
     ("found", "lost"), ("mount", "unmount"), ("connect", "disconnect"), ("upload", "download"),
     ("input", "output"), ("minimum", "maximum"), ("entrance", "exit"),
 )
+
+CONVERSE_PAIRS: tuple[tuple[str, str], ...] = (
+    ("give", "receive"), ("send", "receive"), ("lend", "borrow"), ("buy", "sell"),
+    ("bought", "sold"), ("sell", "purchase"), ("teach", "learn"),
+)
+"""Converse verbs: one event seen from either side. With the other words in the same order
+they are opposites ("What gifts has Calvin received from his artist friends?" / "... given to
+his artist friends?", qa_fresh4, seen); with the people trading places they are a paraphrase
+("What gift did Evan receive from a close friend?" / "What did a close friend give Evan?"),
+see :func:`~percache_plugin.rag.meaning.meaning_checks`."""

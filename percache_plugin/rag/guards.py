@@ -18,7 +18,9 @@ failure is the rejection reason):
     sentence ("Caroline", "Grad B", "Project Manager"), acronyms ("VAD"), words with
     digits ("2019"), plus time words ("yesterday", "week", "Monday", "March"); titles
     (Hon., Mr., Dr. ...) do not count. Every key term of each question must occur as a
-    word of the other (case-insensitive, trailing plural "s" ignored). Embeddings score
+    word of the other (case-insensitive, trailing plural "s" ignored; an abbreviation of
+    :data:`~percache_plugin.rag.abbreviations.ABBREVIATIONS` and its long form count as
+    one: "TV" / "television"). Embeddings score
     one-word swaps of a person or a time as near-identical (all-MiniLM-L6-v2: "What did
     Industrial Designer think of plastic ...?" vs "What did Marketing think of plastic
     ...?" 0.94; "What did David say about the tax return yesterday?" vs "... this
@@ -58,6 +60,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from percache_plugin.rag.abbreviations import with_long_forms
 from percache_plugin.rag.meaning import DEFAULT_MEANING_GUARDS, MEANING_GUARDS
 from percache_plugin.rag.wordnet import wordnet_dir
 
@@ -112,7 +115,9 @@ _stem = term_stem
 
 @dataclass(frozen=True)
 class QuestionTerms:
-    """The key terms of a question and all its words (both stemmed, see ``terms``)."""
+    """The key terms of a question and all its words (both stemmed, see ``terms``); the words
+    include the long form of each listed abbreviation and the other way round
+    (:mod:`~percache_plugin.rag.abbreviations`: "TV" names "television")."""
 
     key: frozenset[str]
     words: frozenset[str]
@@ -139,7 +144,7 @@ def question_terms(question: str) -> QuestionTerms:
         if named and stem not in _NOT_NAMES:
             key.add(stem)
         opening, previous = False, token.casefold()
-    return QuestionTerms(frozenset(key), frozenset(words))
+    return QuestionTerms(frozenset(key), with_long_forms(words))
 
 
 def terms_agree(a: QuestionTerms, b: QuestionTerms) -> bool:

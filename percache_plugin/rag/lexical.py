@@ -8,7 +8,8 @@ match "food" to "drink" as well as to "meal". WordNet tells the relations apart:
 of "summarize"; "dogs" and "cats" or "buttons" and "colours" are none of these.
 
 The guard takes each question's content words that the other lacks (:func:`residue_words`:
-function words, question-frame words, key terms and numbers, in digits or
+function words, question-frame words, key terms (and the long forms of abbreviations among
+them, :mod:`~percache_plugin.rag.abbreviations`) and numbers, in digits or
 :data:`NUMBER_WORDS`, left out, see :func:`~percache_plugin.rag.residue.is_frame` and
 :func:`~percache_plugin.rag.guards.question_terms`). Such a word is *covered* when a content
 word of the other question that this one lacks (a word both share stands for itself), or a
@@ -16,7 +17,8 @@ WordNet phrasal verb of either question ("take up", :mod:`~percache_plugin.rag.l
 stands for it (:func:`relation` ``"same"``): one synset, a derivation, "similar to", "also
 see", verb-group, pertainym or attribute link, a verb's hypernym within :data:`HYPER_DEPTH`
 steps either way, the word in the definition of one of the other's first :data:`GLOSS` senses,
-or one group of the small table of equivalents WordNet lacks
+(between two nouns that are sisters, see below, only the first sense's), or one group of the small table of
+equivalents WordNet lacks
 (:data:`~percache_plugin.rag.lexical_links.EQUIVALENTS`: "issues" / "problems"). Words WordNet
 does not know as a noun, verb or adjective are left out. The pair is refused when
 
@@ -27,6 +29,10 @@ does not know as a noun, verb or adjective are left out. The pair is refused whe
   words (``difflib``), the swap of the issue ("favorite food" / "favorite drink", "adopt Pixie"
   / "lose Pixie"), or are sisters: their most frequent :data:`SENSES` senses meet at a common
   hypernym at most :data:`KIN_DISTANCE` steps away in all ("microphones" / "headphones");
+- two noun phrases trade places around the rest ("What did the team think of Marketing's
+  proposal?" / "What did Marketing think of the team's proposal?"), or one question asks for
+  an attribute (color, size, price...) the other does not name
+  (:mod:`~percache_plugin.rag.lexical_slots`);
 - the questions differ in one preposition only, a pair that changes who does what
   (:data:`~percache_plugin.rag.lexical_links.PREPOSITION_CONTRASTS`: "suggested for" /
   "suggested by").
@@ -58,8 +64,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Final
 
+from percache_plugin.rag.abbreviations import with_long_forms
 from percache_plugin.rag.guards import question_terms, term_stem
 from percache_plugin.rag.lexical_links import PREPOSITION_CONTRASTS, equivalent, phrasal_verbs
+from percache_plugin.rag.lexical_slots import asked_attribute, crossed
 from percache_plugin.rag.meaning import FUNCTION_STEMS, QuestionShape, negated_form, question_shape
 from percache_plugin.rag.residue import is_frame
 from percache_plugin.rag.wordnet import Synset, WordNet, load_wordnet
@@ -109,14 +117,14 @@ class Swap:
 
     asked: str
     stored: str
-    kind: str  # "antonym" or "sister"
+    kind: str  # "antonym", "sister", "unmatched", "roles" or "attribute"
 
 
 def residue_words(text: str, other: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The content words of ``text`` the other question lacks (as written, lower case), and
     all content words of ``other``."""
     return _residue(question_shape(text), question_shape(other),
-                    question_terms(text).key | question_terms(other).key)
+                    with_long_forms(question_terms(text).key | question_terms(other).key))
 
 
 def _residue(text: QuestionShape, other: QuestionShape,
@@ -162,11 +170,16 @@ def relation(wn: WordNet, a: str, b: str) -> str | None:
         return "same"
     if any(set(s.pointers.get(p, ())) & ka for s in sb for p in _EQUIVALENT):
         return "same"
-    if GLOSS and (_in_gloss(wn, a, sb[:GLOSS]) or _in_gloss(wn, b, sa[:GLOSS])):
-        return "same"
+    glossed = bool(GLOSS) and (_in_gloss(wn, a, sb[:GLOSS]) or _in_gloss(wn, b, sa[:GLOSS]))
     depth = max(HYPER_DEPTH, KIN_DISTANCE)
     up_a = {s.key: _ancestors(wn, s, depth) for s in sa}
     up_b = {s.key: _ancestors(wn, s, depth) for s in sb}
+    # A rarer sense's definition does not make two sister nouns one word: "country" is also
+    # "an area outside of cities and towns" (its fourth sense), and "cities" / "countries" ask
+    # apart; "dad" is first of all "an informal term for a father".
+    if glossed and (not _sisters(sa, sb, up_a, up_b, ("n",))
+                    or _in_gloss(wn, a, _firsts(sb)) or _in_gloss(wn, b, _firsts(sa))):
+        return "same"
     # A verb and a more general verb (perform / sing, recap / summarize) say the same; a noun
     # and its hypernym (drink / food) do not ask for the same thing.
     for x in sa:
@@ -178,7 +191,17 @@ def relation(wn: WordNet, a: str, b: str) -> str | None:
                 return "same"
     if any(set(s.pointers.get("!", ())) & kb for s in sa):
         return "antonym"
-    for pos in ("n", "v", "a"):
+    return "sister" if _sisters(sa, sb, up_a, up_b, ("n", "v", "a")) else None
+
+
+Ancestors = dict[tuple[str, int], dict[tuple[str, int], int]]  # synset key -> _ancestors()
+
+
+def _sisters(sa: Sequence[Synset], sb: Sequence[Synset], up_a: Ancestors, up_b: Ancestors,
+             parts: Sequence[str]) -> bool:
+    """Whether, in one of the parts of speech ``parts``, one of the first :data:`SENSES`
+    senses of each word meet at a common hypernym at most :data:`KIN_DISTANCE` steps away."""
+    for pos in parts:
         top_a = [s for s in sa if s.key[0] == pos][:SENSES]
         top_b = [s for s in sb if s.key[0] == pos][:SENSES]
         for x in top_a:
@@ -186,8 +209,13 @@ def relation(wn: WordNet, a: str, b: str) -> str | None:
                 ua, ub = up_a[x.key], up_b[y.key]
                 common = ua.keys() & ub.keys()
                 if common and min(ua[k] + ub[k] for k in common) <= KIN_DISTANCE:
-                    return "sister"
-    return None
+                    return True
+    return False
+
+
+def _firsts(synsets: Sequence[Synset]) -> list[Synset]:
+    """The most frequent sense of each part of speech among ``synsets``."""
+    return list({s.key[0]: s for s in reversed(synsets)}.values())
 
 
 def _in_gloss(wn: WordNet, word: str, synsets: Sequence[Synset]) -> bool:
@@ -209,7 +237,10 @@ def find_swap(asked: str, stored: str, wn: WordNet | None = None) -> Swap | None
     contrast = _preposition_swap(shape_a, shape_b, ops)
     if contrast is not None:
         return contrast
-    key = question_terms(asked).key | question_terms(stored).key
+    placed = _slot_swap(wn, shape_a, shape_b)
+    if placed is not None:
+        return placed
+    key = with_long_forms(question_terms(asked).key | question_terms(stored).key)
     left_a, all_b = _residue(shape_a, shape_b, key)
     left_b, all_a = _residue(shape_b, shape_a, key)
     if not left_a or not left_b:
@@ -245,6 +276,20 @@ def find_swap(asked: str, stored: str, wn: WordNet | None = None) -> Swap | None
                 return Swap(x, y, "sister")
             if (x, y) in slots and not (reworded and negated_form(x, y)):
                 return Swap(x, y, "unmatched")
+    return None
+
+
+def _slot_swap(wn: WordNet, a: QuestionShape, b: QuestionShape) -> Swap | None:
+    """Noun phrases trading places, or an attribute asked for that the other question does not
+    name (nor a WordNet equivalent of it): :mod:`~percache_plugin.rag.lexical_slots`."""
+    moved = crossed(a, b)
+    if moved is not None:
+        return Swap(*moved, "roles")
+    for mine, other in ((a, b), (b, a)):
+        attribute = asked_attribute(mine, other)
+        if attribute is not None and not any(
+                _known(wn, w) and relation(wn, attribute, w) == "same" for w in other.surface):
+            return Swap(attribute, "", "attribute")
     return None
 
 

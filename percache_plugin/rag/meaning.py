@@ -13,8 +13,10 @@ question, what the QA bank's meaning guards compare (see :func:`meaning_checks`)
     ``polarity`` and ``antonym``).
 ``antonym``
     one question has a word and the other its opposite but not the word itself: a pair of
-    ``antonyms.ANTONYM_PAIRS``, or a word and its prefixed negation (like / dislike,
-    able / unable, possible / impossible).
+    ``antonyms.ANTONYM_PAIRS`` (or of ``antonyms.CONVERSE_PAIRS`` with the other content
+    words in the same order: give / receive), or a word and its prefixed negation (like / dislike,
+    able / unable, possible / impossible), or "least" said by one question only (not "at
+    least"): "favorite" / "least favorite".
 ``qtype``
     the questions ask for different kinds of answer: time (when, what year...), place,
     person, reason, number, duration, yes/no, or a thing ("what", "which", a request).
@@ -59,7 +61,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
-from percache_plugin.rag.antonyms import ANTONYM_PAIRS
+from percache_plugin.rag.antonyms import ANTONYM_PAIRS, CONVERSE_PAIRS
 from percache_plugin.rag.roles import question_roles, roles_swapped
 
 __all__ = ["DEFAULT_MEANING_GUARDS", "FUNCTION_STEMS", "MEANING_GUARDS", "WORDS_MIN_JACCARD", "QuestionShape", "meaning_checks", "negated_form", "question_shape", "stem"]
@@ -79,6 +81,7 @@ _IRREGULAR = {
     "given": "give", "took": "take", "taken": "take", "came": "come", "went": "go",
     "gone": "go", "shut": "shut", "left": "leave", "forgot": "forget", "forgotten": "forget",
     "found": "find", "sent": "send", "lent": "lend", "hated": "hate", "closed": "close",
+    "taught": "teach", "learnt": "learn",
 }
 # Stems of words that carry no content of their own (question words, auxiliaries, pronouns,
 # articles, prepositions, requests).
@@ -137,16 +140,17 @@ def stem(word: str) -> str:
     return word
 
 
-def _opposites() -> dict[str, frozenset[str]]:
+def _opposites(pairs: tuple[tuple[str, str], ...]) -> dict[str, frozenset[str]]:
     table: dict[str, set[str]] = {}
-    for a, b in ANTONYM_PAIRS:
+    for a, b in pairs:
         sa, sb = stem(a), stem(b)
         table.setdefault(sa, set()).add(sb)
         table.setdefault(sb, set()).add(sa)
     return {k: frozenset(v) for k, v in table.items()}
 
 
-_OPPOSITE: Final = _opposites()
+_OPPOSITE: Final = _opposites(ANTONYM_PAIRS)
+_CONVERSE: Final = _opposites(CONVERSE_PAIRS)
 _DETERMINERS = frozenset("the a an my your his her their our its this that these those".split())
 _PREFIXES = ("un", "dis", "in", "im", "non", "ir", "il")
 
@@ -201,12 +205,29 @@ def negated_form(a: str, b: str) -> bool:
     return any(b == p + a or a == p + b for p in _PREFIXES)
 
 
+def _least(shape: QuestionShape) -> bool:
+    """Whether the question says "least" (not "at least"): "least favorite" flips "favorite"."""
+    return any(w == "least" and (i == 0 or shape.words[i - 1] != "at")
+               for i, w in enumerate(shape.words))
+
+
 def _opposed(a: QuestionShape, b: QuestionShape) -> bool:
+    if _least(a) != _least(b):
+        return True
     only_a, only_b = set(a.words) - set(b.words), set(b.words) - set(a.words)
     for w in only_a:
         if _OPPOSITE.get(w, frozenset()) & only_b or any(negated_form(w, v) for v in only_b):
             return True
+        if _CONVERSE.get(w, frozenset()) & only_b and _same_order(a, b):
+            return True
     return False
+
+
+def _same_order(a: QuestionShape, b: QuestionShape) -> bool:
+    """Whether the content words both questions hold once each come in the same order (a
+    converse verb with the people in place: another question; with them swapped: the same)."""
+    shared = {w for w in a.content & b.content if a.words.count(w) == b.words.count(w) == 1}
+    return [w for w in a.words if w in shared] == [w for w in b.words if w in shared]
 
 
 def _swapped(a: QuestionShape, b: QuestionShape) -> bool:

@@ -28,6 +28,17 @@ def test_relations(wn: WordNet) -> None:
     assert relation(wn, "zzyzx", "food") is None
 
 
+def test_a_rare_sense_definition_does_not_join_two_sister_nouns(wn: WordNet) -> None:
+    # "country", fourth sense: "an area outside of cities and towns" (qa_fresh3, seen)
+    assert relation(wn, "cities", "countries") == "sister"
+    swap = find_swap("Which countries did Dave travel to in 2023?",
+                     "Which cities did Dave travel to in 2023?", wn)
+    assert swap is not None
+    # the first sense's definition still counts: "dad", "an informal term for a father"
+    assert relation(wn, "dad", "father") == "same"
+    assert relation(wn, "buddy", "friend") == "same"
+
+
 @pytest.mark.parametrize(("stored", "asked"), [
     ("What is John's favorite food?", "What is John's favorite drink?"),
     ("What are the breeds of Audrey's dogs?", "What are the breeds of Audrey's cats?"),

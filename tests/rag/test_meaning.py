@@ -36,6 +36,12 @@ def failed(a: str, b: str, enabled: frozenset[str] = DEFAULT_MEANING_GUARDS) -> 
         # lower-case names, which the key-terms guard cannot see
         ("when did caroline go to the support group", "when did melanie go to the support group",
          "object"),
+        # "least" said by one question only flips the superlative (qa_fresh4, seen)
+        ("What is Evan's favorite food?", "What is Evan's least favorite food?", "antonym"),
+        # converse verbs with the people in place (qa_fresh4, seen)
+        ("What gifts has Calvin received from his artist friends?",
+         "What gifts has Calvin given to his artist friends?", "antonym"),
+        ("What did Dave teach his son?", "What did Dave learn from his son?", "antonym"),
     ],
 )
 def test_opposite_meanings_fail_their_guard(stored: str, asked: str, guard: str) -> None:
@@ -57,6 +63,11 @@ def test_opposite_meanings_fail_their_guard(stored: str, asked: str, guard: str)
         ("Why didn't the Industrial Design agree with the User Interface?",
          "Why did Industrial Design disagree with User Interface?"),
         ("Did Maria not like the movie?", "Did Maria dislike the movie?"),
+        # "at least" is no superlative
+        ("How many songs has Calvin written?", "How many songs has Calvin written at least?"),
+        # a converse verb with the people trading places says the same (qa_fresh4, seen)
+        ("What gift did Evan receive from a close friend?",
+         "What did a close friend give Evan as a present?"),
     ],
 )
 def test_paraphrases_pass_every_default_guard(stored: str, asked: str) -> None:
