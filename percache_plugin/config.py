@@ -95,7 +95,8 @@ class Config:
     """
 
     storage_dtype: str | None = _help(
-        "dtype of stored K/V: None keeps the model's dtype (bit-exact reuse); 'bfloat16' or "
+        "dtype of stored K/V: None keeps the model's dtype (bit-exact reuse: K/V a handle with "
+        "another setting stored rounded is a miss, recomputed and replaced); 'bfloat16' or "
         "'float16' halve the bytes of an fp32 model at the cost of exactness (reported in stats).",
         None,
     )

@@ -95,7 +95,7 @@ class ReuseRunner:
             piece = prompt.pieces[i]
             assert piece.key is not None
             kv = self._ctx.hooks.load_chunk(self._ctx, piece.key, piece.token_ids, layered=layered)
-            if kv is None:  # corrupt or evicted: exact reuse ends here
+            if kv is None or self._rounded(piece.key, kv):  # exact reuse ends here
                 stats.load_misses += 1
                 break
             count_origin(kv, stats)
@@ -107,12 +107,22 @@ class ReuseRunner:
         for sp in plan.shifted:
             piece = prompt.pieces[sp.index]
             kv = self._ctx.hooks.load_chunk(self._ctx, sp.key, piece.token_ids)
-            if kv is None:
+            if kv is None or self._rounded(sp.key, kv):
                 stats.load_misses += 1
                 continue
             count_origin(kv, stats)
             placed.append(Placed(kv, piece.start, sp.source_start))
         return placed
+
+    def _rounded(self, key: str, kv: ChunkKV) -> bool:
+        """Whether ``kv`` was stored at another precision than the model's while this handle
+        keeps K/V bit-exact (``storage_dtype=None``): another handle wrote it with a
+        ``storage_dtype``. Such a node is a miss, and is deleted (best-effort) so that the K/V
+        this request computes takes its place."""
+        if self._ctx.config.storage_dtype is not None or kv.keys[0].dtype == dtype_device(self._model)[0]:
+            return False
+        self._ctx.store.delete(key)  # a failed delete is logged and counted by the store
+        return True
 
     # -- building the cache -------------------------------------------------------------------
     def exact_cache(self, prompt: Prompt, chunks: list[ChunkKV],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 import percache_plugin as percache
@@ -103,3 +104,39 @@ def test_a_splice_forward_runs_no_lm_head() -> None:
     assert spliced.stats.tokens_recomputed > 0 and heads == []
     pc.configure(use_kv=False)  # every position recomputed: the same answer as no reuse
     assert spliced.text == pc.generate(moved, max_new_tokens=4, do_sample=False).text
+
+
+def _lossy_store(path, family: str) -> None:
+    """A store whose K/V a handle with storage_dtype='float16' wrote (rounded)."""
+    model, tok = tiny_pair(family)
+    lossy = percache.enable(model, tok, store=path, storage_dtype="float16")
+    lossy.generate(SEGMENTS, max_new_tokens=4)
+    assert lossy.generate(SEGMENTS, max_new_tokens=4).stats.approximate  # it says so itself
+    lossy.close()
+
+
+@pytest.mark.parametrize("ram", [0, 1 << 20])
+def test_kv_stored_at_lower_precision_is_a_miss_for_a_handle_that_stores_exact(tmp_path, ram: int) -> None:
+    # storage_dtype=None promises bit-exact reuse: another handle's rounded K/V is recomputed
+    # (and replaced), never served, through the RAM tier too.
+    _lossy_store(tmp_path / "s", "llama")
+    model, tok = tiny_pair("llama")
+    exact = percache.enable(model, tok, store=tmp_path / "s", ram_cache_bytes=ram)
+    first = exact.generate(SEGMENTS, max_new_tokens=4)
+    assert not first.stats.approximate and first.stats.tokens_reused == 0
+    again = exact.generate(SEGMENTS, max_new_tokens=4)  # the recomputed K/V took the rounded's place
+    assert not again.stats.approximate and again.stats.tokens_reused > 0
+    with exact.disabled():
+        plain = exact.generate(SEGMENTS, max_new_tokens=4)
+    assert first.token_ids == again.token_ids == plain.token_ids
+    exact.close()
+
+
+def test_kv_stored_at_lower_precision_is_not_shifted_into_an_exact_precision_handle(tmp_path) -> None:
+    _lossy_store(tmp_path / "s", "mistral")
+    model, tok = tiny_pair("mistral")
+    pc = percache.enable(model, tok, store=tmp_path / "s", reuse="shifted")
+    other_order = [SEGMENTS[0], SEGMENTS[2], SEGMENTS[1], *SEGMENTS[3:]]
+    g = pc.generate(other_order, max_new_tokens=4)
+    assert not g.stats.approximate and g.stats.tokens_shifted == 0
+    pc.close()
