@@ -42,7 +42,9 @@ figures: the dev pairs of ``qa_joint_fit.py`` and 26 hand-written dev swaps,
 ``benchmarks/data/qa_swaps_dev.json``); the coverage, slot, antonym and preposition rules and
 the table of equivalents were revised on dev data and the first three held-out checks once
 those had been run (each group of the table names the pair it came from), before the fourth
-check was run. Off by default; meant with ``joint``. The guard needs
+check was run; the slot checks (:mod:`~percache_plugin.rag.lexical_slots`), the rule for
+definitions between sister nouns, "for" / "with" as particles and four more groups of the table
+came from the fourth check once run, before the fifth was run. Off by default; meant with ``joint``. The guard needs
 the WordNet data files (``pip install 'percache-plugin[wordnet]'``, :mod:`percache_plugin.rag.wordnet`),
 read once per process on first use (about 0.3 s of CPU); it runs only for candidates that reach tau
 and pass every other guard.

@@ -133,6 +133,10 @@ def test_swaps_the_guard_let_pass_before(wn: WordNet, stored: str, asked: str,
     # numbers spelled out are the key-terms guard's business
     ("What had Evan been searching for for half an hour?",
      "What had Evan been searching for for thirty minutes?"),
+    # a phrasal verb with "for" (WordNet's stand_for), and v4's equivalents
+    ("What does the bonsai tree symbolize for Evan?", "What does the bonsai tree stand for to Evan?"),
+    ("When did Calvin have a car incident?", "When did Calvin get into a car accident?"),
+    ("How did the WJEC tackle the concerns?", "How did the WJEC deal with the concerns?"),
 ])
 def test_rewordings_wordnet_does_not_link_pass(wn: WordNet, stored: str, asked: str) -> None:
     assert find_swap(asked, stored, wn) is None
