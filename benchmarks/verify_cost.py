@@ -9,7 +9,9 @@ Three set-ups, interleaved too (``--setups`` picks): ``model`` (the model's own 
 linear kernels, percache off), ``gqa`` (percache enabled: its sdpa keeps grouped key/value heads
 ungrouped, ``attention/gqa.py``) and ``packed`` (that, and the linear layers over oneDNN-packed
 weights, ``decode/packed.py``, for ``k >= 1``: what drafted decoding runs with by default; its
-``k = 0`` forward is the model's kernels, as in the loop). ``tree`` is ``packed`` feeding the
+``k = 0`` forward is the model's kernels, as in the loop; 2-3 input rows padded to 4 and the
+attention's query groups folded, ``decode/folded.py``). ``unpadded`` is ``packed`` without the
+padding and the folding (before they were added), ``nofold`` without the folding only. ``tree`` is ``packed`` feeding the
 ``k`` draft tokens as a token tree (``decode/tree.py``: two branches below the pending token,
 an explicit 4D mask and depth positions) instead of one chain: what a tree forward costs.
 
@@ -59,17 +61,22 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--setups", default="model,gqa,packed", help="comma-separated: model, gqa, packed, tree")
+    p.add_argument("--setups", default="model,gqa,packed", help="comma-separated: model, gqa, packed, unpadded, nofold, tree")
     args = p.parse_args()
     setups = args.setups.split(",")
-    if not setups or set(setups) - {"model", "gqa", "packed", "tree"}:
-        p.error(f"--setups: model, gqa, packed and/or tree, got {args.setups!r}")
+    if not setups or set(setups) - {"model", "gqa", "packed", "unpadded", "nofold", "tree"}:
+        p.error(f"--setups: model, gqa, packed, unpadded, nofold and/or tree, got {args.setups!r}")
     torch.set_num_threads(args.threads)
     model, tok = load_smollm2()
     pc = percache.enable(model, tok)
     packed = PackedLinears(model)
+    unpadded = PackedLinears(model)
+    unpadded.min_rows, unpadded.fold_attention = 1, False
+    nofold = PackedLinears(model)
+    nofold.fold_attention = False
     contexts: dict[str, Callable[[], Any]] = {
-        "model": pc.disabled, "gqa": contextlib.nullcontext, "packed": packed.active, "tree": packed.active}
+        "model": pc.disabled, "gqa": contextlib.nullcontext, "packed": packed.active,
+        "unpadded": unpadded.active, "nofold": nofold.active, "tree": packed.active}
     text = meeting_text(next(iter(iter_meetings(args.data))))
     ids = tok(text, add_special_tokens=False)["input_ids"][:args.cached + args.max_k + 1]
     cache = DynamicCache()
@@ -82,7 +89,7 @@ def main() -> None:
                 for k in (ks if r % 2 == 0 else ks[::-1]):
                     feed = torch.tensor([ids[args.cached:args.cached + k + 1]])
                     extra = _tree_inputs(k, args.cached) if setup == "tree" and k >= 2 else {}
-                    with contexts["gqa" if setup in ("packed", "tree") and k == 0 else setup]():
+                    with contexts["gqa" if setup in ("packed", "unpadded", "nofold", "tree") and k == 0 else setup]():
                         t0 = time.perf_counter()
                         model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=k + 1, **extra)
                         dt = time.perf_counter() - t0

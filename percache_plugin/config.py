@@ -401,7 +401,9 @@ class Config:
         "MKL kernels (SmolLM2-135M, one thread). The copies are made at the first forward verifying drafts after an answer's first token, never before a first token (SmolLM2-135M: "
         "0.45-2.3 s) and take the linear weights' memory once more (538 MB), the model's parameters are untouched, and the values differ from the "
         "model's own kernels by float rounding (stats.packed_linear_calls counts such layers). "
-        "False: the model's own kernels.",
+        "The same forwards attend each key/value head's query heads as one block of rows "
+        "(decode/folded.py; stats.folded_attention_calls), also exact to float rounding. "
+        "False: the model's own kernels and percache's sdpa.",
         True,
     )
     draft_tree: bool = _help(

@@ -47,6 +47,7 @@ class GenerationStats:
     forwards_saved: int = 0  # new_tokens - decode_forwards: forwards plain decoding would add
     drafts_declined: int = 0  # drafts found but not verified: not expected to pay for the forward
     packed_linear_calls: int = 0  # linear layers drafted decoding computed over packed weights (Config.draft_packed_linears)
+    folded_attention_calls: int = 0  # attention calls of verify forwards with folded query groups (decode/folded.py)
     draft_tree_forwards: int = 0  # verify forwards that fed a token tree of several branches (Config.draft_tree)
     draft_near_ties: int = 0  # tokens chosen in verify forwards with top-two scores within 1e-3 (kernel rounding could flip them)
     drafted_by_source: dict[str, int] = field(default_factory=dict)

@@ -188,6 +188,7 @@ def run_generate(model: Any, tokenizer: Any, prompt: Prompt, cache: Any, served:
         stats.forwards_saved = len(new) - c.forwards
         stats.drafts_declined = c.declined
         stats.packed_linear_calls = c.packed_calls
+        stats.folded_attention_calls = c.folded_calls
         stats.draft_near_ties = c.near_ties
         stats.draft_tree_forwards = c.tree_forwards
         stats.drafted_by_source = dict(c.drafted_by_source)

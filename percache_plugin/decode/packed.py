@@ -21,6 +21,14 @@ linear weights once more (SmolLM2-135M: 538 MB in float32, made in 0.45 s on a q
 1.5-2.3 s on a loaded one); :class:`PackOnDemand` makes them at the first forward that verifies
 draft tokens after an answer's first token, so the packing never delays a first token.
 ``Config.draft_packed_linears`` switches them off.
+
+Two more measured choices of kernel ride on the same mode (docs/BENCHMARKS.md, "Verify forwards
+nearer one-token cost"). oneDNN computes 2 or 3 rows slower than 4 (a forward verifying one draft
+token cost 1.3-1.4 one-token forwards, three 1.1-1.2): such inputs are padded with zero rows to
+:data:`MIN_ROWS` and the padding dropped from the result (the rows computed are the same values,
+bit for bit, on the machine measured; :attr:`PackedLinears.padded_calls`). And the grouped-query
+attention of the verify forward attends each key/value head's query heads as one block of rows
+(:mod:`.folded`; :attr:`PackedLinears.folded_calls`), where :attr:`PackedLinears.fold_attention`.
 """
 
 from __future__ import annotations
@@ -33,9 +41,14 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["PackOnDemand", "PackedLinears", "packing_problem"]
+from .folded import fold_applies, folded_sdpa
+
+__all__ = ["MIN_ROWS", "PackOnDemand", "PackedLinears", "packing_problem"]
 
 _LINEAR: tuple[Callable[..., Any], ...] = (torch.nn.functional.linear, torch._C._nn.linear)
+_SDPA: Callable[..., Any] = torch.nn.functional.scaled_dot_product_attention
+# Fewer input rows than this (but more than one) are padded with zero rows to this many.
+MIN_ROWS = 4
 
 
 def packing_problem(model: torch.nn.Module) -> str:
@@ -77,6 +90,7 @@ class _Route(TorchFunctionMode):
         super().__init__()
         self.owner = owner
         self.calls = 0  # linear calls computed over packed weights while this mode was entered
+        self.folds = 0  # attention calls computed with folded query groups (decode/folded.py)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -86,6 +100,11 @@ class _Route(TorchFunctionMode):
             if out is not None:
                 self.calls += 1
                 return out
+        elif func is _SDPA and self.owner.fold_attention and fold_applies(args, kwargs):
+            self.folds += 1
+            self.owner.folded_calls += 1
+            query, key, value = args
+            return folded_sdpa(query, key, value, kwargs["attn_mask"], kwargs.get("scale"))
         return func(*args, **kwargs)
 
 
@@ -96,6 +115,12 @@ class PackedLinears:
     :ivar calls: linear calls computed over a packed weight.
     :ivar stale_calls: calls on a packed weight that changed since it was packed (computed
         with the model's own kernel instead).
+    :ivar min_rows: fewer input rows than this (but more than one) are computed padded with
+        zero rows to this many (:data:`MIN_ROWS`; 1: never).
+    :ivar padded_calls: calls so computed.
+    :ivar fold_attention: whether :meth:`active` also computes grouped-query attention with
+        folded query groups (:mod:`.folded`).
+    :ivar folded_calls: attention calls so computed.
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
@@ -111,6 +136,10 @@ class PackedLinears:
                     self._table[id(w)] = _Packed(weakref.ref(w), _version_of(w), w.data_ptr(), packed)
         self.calls = 0
         self.stale_calls = 0
+        self.min_rows = MIN_ROWS
+        self.padded_calls = 0
+        self.fold_attention = True
+        self.folded_calls = 0
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> PackedLinears | None:
@@ -140,7 +169,13 @@ class PackedLinears:
             self.stale_calls += 1
             return None
         self.calls += 1
-        return torch.ops.mkldnn._linear_pointwise(x, entry.packed, bias, "none", [], "")
+        rows = x.numel() // x.shape[-1]
+        if not 1 < rows < self.min_rows:
+            return torch.ops.mkldnn._linear_pointwise(x, entry.packed, bias, "none", [], "")
+        self.padded_calls += 1
+        padded = torch.cat([x.reshape(rows, x.shape[-1]), x.new_zeros(self.min_rows - rows, x.shape[-1])])
+        out = torch.ops.mkldnn._linear_pointwise(padded, entry.packed, bias, "none", [], "")
+        return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
 
     def active(self) -> _Route:
         """A context manager (a ``TorchFunctionMode``) routing the linear calls on packed weights

@@ -80,6 +80,7 @@ class DraftCounts:
     first_tokens: int = 0  # tokens the first forward emitted (its accepted draft tokens + 1)
     declined: int = 0  # drafts found but not verified: not expected to pay for the forward
     packed_calls: int = 0  # linear layers computed over oneDNN-packed weights (decode/packed.py)
+    folded_calls: int = 0  # attention calls computed with folded query groups (decode/folded.py)
     tree_forwards: int = 0  # verify forwards that fed a tree of several branches (decode/tree.py)
     near_ties: int = 0  # tokens chosen in a verify forward whose top two scores were within NEAR_TIE
     forward_s: list[tuple[int, float]] = field(default_factory=list)  # (draft tokens fed, seconds) per forward
@@ -248,6 +249,7 @@ class DraftedDecoding:
             with route:
                 out = model(input_ids=feed, **cache_kw(cache), use_cache=True, **extra)
             c.packed_calls += getattr(route, "calls", 0)
+            c.folded_calls += getattr(route, "folds", 0)
             took = time.perf_counter() - t0
             c.forward_s.append((len(tokens), took))
             if raw:  # not the first forward, which computes the prompt's uncached tokens too

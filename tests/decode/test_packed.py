@@ -133,3 +133,26 @@ def test_the_first_forward_uses_packed_weights_only_when_they_exist() -> None:
         assert loop.counts.forwards == 1 and loop.counts.first_tokens == 8  # the answer in one forward
         assert (loop.counts.packed_calls > 0) == made
         assert (packing.packed is not None) == made  # not made by the first forward
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 2), (1, 3), (1, 4), (1, 9), (2,), (3,), (2, 1)])
+def test_two_or_three_rows_are_computed_padded_to_min_rows(shape: tuple[int, ...]) -> None:
+    """oneDNN computes 2-3 rows slower than 4: they are padded with zero rows, which are
+    dropped again (the rows' values are the unpadded ones')."""
+    from percache_plugin.decode.packed import MIN_ROWS
+
+    layer = torch.nn.Linear(48, 100)
+    packed = PackedLinears(layer)
+    x = torch.randn(*shape, 48, generator=torch.Generator().manual_seed(len(shape)))
+    with torch.inference_mode():
+        ours = packed.linear(x, layer.weight, layer.bias)
+        plain = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert ours is not None and ours.shape == plain.shape
+    torch.testing.assert_close(ours, plain, rtol=1e-5, atol=1e-5)
+    rows = x.numel() // 48
+    assert packed.calls == 1 and packed.padded_calls == int(1 < rows < MIN_ROWS)
+    packed.min_rows = 1
+    with torch.inference_mode():
+        again = packed.linear(x, layer.weight, layer.bias)
+    assert again is not None and packed.padded_calls == int(1 < rows < MIN_ROWS)
+    torch.testing.assert_close(again, ours, rtol=1e-5, atol=1e-5)
