@@ -258,7 +258,8 @@ class Config:
     use_qa_bank: bool = _help("Answer from the QA bank when a stored question matches.", True)
     qa_share_across_models: bool = _help(
         "Serve QA-bank answers that another model (another fingerprint: other weights or "
-        "adapter) generated; off: each model is served only its own answers.", False)
+        "adapter) or another system_prompt generated; off: each model is served only the "
+        "answers it gave under the current system_prompt.", False)
     use_kv: bool = _help("Reuse and store chunk K/V (False: every prompt is computed).", True)
     predict: Literal["off", "knowledge", "history", "both"] = _help(
         "Predict questions in idle time: from an abstract of new documents ('knowledge'), "

@@ -8,6 +8,7 @@ request path.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,10 +27,17 @@ if TYPE_CHECKING:
     from ..rag.qa_bank import LookupResult
     from ..rag.qa_types import AllScopes, QAEntry
 
-__all__ = ["KnowledgeRetrieval", "QABankPlugin", "KNOWLEDGE_PLUGIN", "QA_BANK_PLUGIN"]
+__all__ = ["answer_model", "KnowledgeRetrieval", "QABankPlugin", "KNOWLEDGE_PLUGIN", "QA_BANK_PLUGIN"]
 
 KNOWLEDGE_PLUGIN = "percache_plugin.plugins.banks:KnowledgeRetrieval"
 QA_BANK_PLUGIN = "percache_plugin.plugins.banks:QABankPlugin"
+
+
+def answer_model(fingerprint: str, system_prompt: str) -> str:
+    """What a QA-bank answer is bound to: the model's fingerprint and the system prompt it
+    answered under (a new ``system_prompt`` is not served the answers of the old one)."""
+    digest = hashlib.blake2b(system_prompt.encode("utf-8"), digest_size=8).hexdigest()
+    return f"{fingerprint}/system-{digest}"
 
 
 class KnowledgeRetrieval:
@@ -108,7 +116,7 @@ class QABankPlugin:
             engine = ctx.engine
             self._bank = QABank(None if root is None else root / DB_NAME, ctx.embedder,
                                 byte_limit=ctx.config.qa_byte_limit,
-                                model=lambda: engine.fingerprint,
+                                model=lambda: answer_model(engine.fingerprint, engine.config.system_prompt),
                                 share_across_models=lambda: engine.config.qa_share_across_models)
         return self._bank
 

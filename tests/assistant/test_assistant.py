@@ -39,3 +39,24 @@ def test_a_replaced_document_answers_like_a_fresh_store_given_only_the_new_text(
     fresh.close()
     assert after.source == expected.source == "generated"
     assert after.sources == expected.sources and after.text == expected.text
+
+
+def test_answers_follow_the_system_prompt_like_a_fresh_store(tmp_path: Path) -> None:
+    # configure() takes effect from the next call: an answer generated under another system
+    # prompt is not served; a fresh store given the new prompt generates the same answer.
+    pc = _pc(tmp_path / "old")
+    pc.add_documents([OLD, BEN], scope="alice")
+    assert pc.ask(Q, scope="alice", **GEN).source == "generated"
+    assert pc.ask(Q, scope="alice", **GEN).source == "qa_bank"
+    pc.configure(system_prompt="Reply in French, in one word.")
+    after = pc.ask(Q, scope="alice", **GEN)
+    assert pc.ask(Q, scope="alice", **GEN).source == "qa_bank"  # its own answer is served
+    pc.configure(system_prompt=percache.Config().system_prompt)
+    assert pc.ask(Q, scope="alice", **GEN).source == "qa_bank"  # and so is the first one again
+    pc.close()
+    fresh = _pc(tmp_path / "fresh")
+    fresh.configure(system_prompt="Reply in French, in one word.")
+    fresh.add_documents([OLD, BEN], scope="alice")
+    expected = fresh.ask(Q, scope="alice", **GEN)
+    fresh.close()
+    assert after.source == expected.source == "generated" and after.text == expected.text
