@@ -18,6 +18,7 @@ from .kv.assemble import Placed, assemble
 from .kv.cache import cache_from_chunks, empty_cache, layer_kv, slice_chunk
 from .kv.planner import ReusePlan
 from .kv.recompute import RecomputeContext
+from .kv.rounded import drop_if_rounded
 from .kv.store import ChunkKV
 from .segments import Prompt, node_key
 from .stats import GenerationStats
@@ -115,14 +116,9 @@ class ReuseRunner:
         return placed
 
     def _rounded(self, key: str, kv: ChunkKV) -> bool:
-        """Whether ``kv`` was stored at another precision than the model's while this handle
-        keeps K/V bit-exact (``storage_dtype=None``): another handle wrote it with a
-        ``storage_dtype``. Such a node is a miss, and is deleted (best-effort) so that the K/V
-        this request computes takes its place."""
-        if self._ctx.config.storage_dtype is not None or kv.keys[0].dtype == dtype_device(self._model)[0]:
-            return False
-        self._ctx.store.delete(key)  # a failed delete is logged and counted by the store
-        return True
+        """A node another handle stored rounded is a miss here (:mod:`.kv.rounded`)."""
+        return drop_if_rounded(self._ctx.store, key, kv, dtype_device(self._model)[0],
+                               self._ctx.config.torch_storage_dtype)
 
     # -- building the cache -------------------------------------------------------------------
     def exact_cache(self, prompt: Prompt, chunks: list[ChunkKV],

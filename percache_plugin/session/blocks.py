@@ -16,7 +16,8 @@ fingerprint and every id before), so a block key names the same K/V whichever pa
 Nothing approximate is published: shifted eviction, masking and plugin edits set
 ``approx_from`` and only blocks before it are stored. Loaded blocks hold exact K/V of the same
 ids at the same positions, so the turn equals a full prefill (a storage dtype other than the
-model's makes the turn approximate, as for any reuse, and says so in stats).
+model's makes the turn approximate, as for any reuse, and says so in stats; a handle keeping
+K/V exact does not load blocks another handle stored rounded: :mod:`..kv.rounded`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from ..decode import dtype_device
 from ..kv.blocks import block_prompt, stored_prefix
 from ..kv.cache import slice_chunk
+from ..kv.rounded import drop_if_rounded
 from ..kv.store import KVStore
 from ..segments import PromptPiece
 from .reply import ChatStats
@@ -103,7 +105,8 @@ def extend_from_blocks(engine: Engine, session: Session, full: list[int], stats:
         assert piece.key is not None
         kv = engine.hooks.load_chunk(engine.ctx, piece.key, piece.token_ids) \
             if engine.store.contains(piece.key) else None
-        if kv is None:
+        if kv is None or drop_if_rounded(engine.store, piece.key, kv, dtype_device(engine.model)[0],
+                                         engine.config.torch_storage_dtype):
             break
         chunks.append((piece, kv))
     if not chunks:

@@ -37,6 +37,7 @@ from ..cache_arg import cache_kw
 from ..config import Config
 from ..decode import dtype_device
 from ..kv.cache import slice_chunk
+from ..kv.rounded import drop_if_rounded
 from ..kv.store import ChunkKV
 from ..memory.recall import MEMORY_HEADER, memory_block
 from ..segments import PromptPiece, Segment
@@ -231,7 +232,8 @@ def _load(engine: Engine, fact: RegionFact) -> tuple[ChunkKV, int, str] | None:
     if info is None:
         return None
     kv = engine.hooks.load_chunk(engine.ctx, key, fact.ids)
-    if kv is None or kv.n_tokens != len(fact.ids):
+    if kv is None or kv.n_tokens != len(fact.ids) or drop_if_rounded(
+            engine.store, key, kv, dtype_device(engine.model)[0], engine.config.torch_storage_dtype):
         return None
     return kv, info.start, info.extra.get("context", "") if info.extra.get("exact") == "1" else ""
 

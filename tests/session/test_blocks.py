@@ -110,3 +110,22 @@ def test_session_blocks_can_be_switched_off() -> None:
     assert reply.stats.blocks_published == 0
     assert pc.complete(pc.sessions.get("default").ids, max_new_tokens=1).stats.tokens_reused == 0
     pc.close()
+
+
+def test_blocks_another_handle_stored_rounded_are_not_loaded_into_an_exact_session(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    lossy = percache.enable(model, tok, store=tmp_path, prefix_block_tokens=BLOCK, storage_dtype="float16")
+    lossy.sessions.create("a", system="Be brief.")
+    for msg in MESSAGES[:2]:
+        lossy.chat(msg, session="a", max_new_tokens=3, do_sample=False)
+    lossy.close()
+    pc = percache.enable(model, tok, store=tmp_path, prefix_block_tokens=BLOCK)
+    pc.sessions.create("b", system="Be brief.")
+    for msg in MESSAGES[:2]:
+        reply = pc.chat(msg, session="b", max_new_tokens=3, do_sample=False)
+        assert not reply.stats.approximate
+        _exact(pc, model, reply.prompt_ids, reply.token_ids, reply.first_logits, 3)
+    pc.sessions.create("c", system="Be brief.")  # the recomputed blocks replaced the rounded ones
+    again = pc.chat(MESSAGES[0], session="c", max_new_tokens=3, do_sample=False)
+    assert again.stats.blocks_reused > 0 and not again.stats.approximate
+    pc.close()

@@ -238,3 +238,21 @@ def test_fact_kv_is_written_through_the_store_chunk_hook_with_its_position(pair:
         assert not pc.store.contains(key)  # the replacement took it; the built-in store none
         pos += len(fact.ids)
     pc.disable()
+
+
+def test_facts_stored_rounded_are_recomputed_for_a_handle_that_keeps_kv_exact(pair: Any) -> None:
+    pc, _ = _enable(pair, storage_dtype="float16")
+    pc.sessions.create("a", system="Be brief.")
+    pc.chat(ASK, session="a", memory_scope="ana", max_new_tokens=3)
+    pc.sessions.create("b", system="Be brief.")
+    assert pc.chat(ASK, session="b", memory_scope="ana", max_new_tokens=3).stats.approximate  # said
+    pc.configure(storage_dtype=None)
+    pc.sessions.create("c", system="Be brief.")
+    exact = pc.chat(ASK, session="c", memory_scope="ana", max_new_tokens=3)
+    assert not exact.stats.approximate and exact.stats.memory_spliced_tokens == 0
+    _check_generate(pc, exact)
+    pc.sessions.create("d", system="Be brief.")  # the recomputed facts replaced the rounded ones
+    again = pc.chat(ASK, session="d", memory_scope="ana", max_new_tokens=3)
+    assert not again.stats.approximate and again.stats.memory_spliced_tokens > 0
+    _check_generate(pc, again)
+    pc.disable()
