@@ -60,3 +60,18 @@ def test_answers_follow_the_system_prompt_like_a_fresh_store(tmp_path: Path) -> 
     expected = fresh.ask(Q, scope="alice", **GEN)
     fresh.close()
     assert after.source == expected.source == "generated" and after.text == expected.text
+
+
+def test_answers_follow_the_chat_template_setting(tmp_path: Path) -> None:
+    pc = _pc(tmp_path / "old")
+    pc.add_documents([OLD, BEN], scope="alice")
+    pc.ask(Q, scope="alice", **GEN)
+    pc.configure(chat_template=False)
+    after = pc.ask(Q, scope="alice", **GEN)
+    pc.close()
+    fresh = _pc(tmp_path / "fresh")
+    fresh.configure(chat_template=False)
+    fresh.add_documents([OLD, BEN], scope="alice")
+    expected = fresh.ask(Q, scope="alice", **GEN)
+    fresh.close()
+    assert after.source == expected.source == "generated" and after.text == expected.text
