@@ -75,3 +75,17 @@ def test_answers_follow_the_chat_template_setting(tmp_path: Path) -> None:
     expected = fresh.ask(Q, scope="alice", **GEN)
     fresh.close()
     assert after.source == expected.source == "generated" and after.text == expected.text
+
+
+def test_a_handle_sharing_the_store_is_not_served_the_replaced_documents_answer(tmp_path: Path) -> None:
+    writer, reader = _pc(tmp_path / "s"), _pc(tmp_path / "s")
+    writer.add_documents([OLD, BEN], scope="alice")
+    writer.ask(Q, scope="alice", **GEN)
+    assert reader.ask(Q, scope="alice", **GEN).source == "qa_bank"
+    writer.add_documents([NEW], scope="alice")
+    after = reader.ask(Q, scope="alice", **GEN)
+    assert after.source == "generated"
+    assert [reader.knowledge.chunk(c).text for c in after.sources if "choir" in reader.knowledge.chunk(c).text] \
+        == [NEW["text"]]
+    writer.close()
+    reader.close()
