@@ -222,9 +222,10 @@ class KnowledgeBank:
 
         A document whose id and scope are already in the bank replaces it: its chunks that the
         new text (or the current chunk size) no longer gives are removed in the same
-        transaction (``AddReport.replaced_chunks``). A chunk is stored once per scope and text,
-        under the first document that had it, so a paragraph two documents share goes with the
-        document that stored it. Every document is validated before anything is stored, so a
+        transaction (``AddReport.replaced_chunks``), unless another document holds them too (a
+        paragraph two documents share stays while one of them has it; documents added before
+        the bank recorded which documents hold a chunk count as holding only the chunks they
+        stored). Every document is validated before anything is stored, so a
         bad one (empty, not UTF-8) raises naming it and leaves the bank unchanged. Once this
         returns, the chunks are in the database (committed), whatever other processes do."""
         if isinstance(docs, (str, bytes, Document)) or isinstance(docs, Mapping):
@@ -241,16 +242,19 @@ class KnowledgeBank:
         with self._lock:
             self._sync()
             chunks: dict[str, Chunk] = {}
+            members: set[tuple[str, str]] = set()
             for doc in documents:
                 for c in chunk_document(doc, target_words=self.chunk_words):
                     chunks.setdefault(c.id, c)
+                    members.add((c.id, c.doc_id))
             new = [c for c in chunks.values() if c.id not in self._index]
-            replaced = sorted(set().union(*(self._rows.document_chunks(d.id, d.scope)  # type: ignore[arg-type]
-                                            for d in documents)) - chunks.keys())
-            if new or replaced:
-                vectors = (self._embed_with_progress([c.text for c in new]) if new
-                           else np.zeros((0, self.embedder.dim), np.float32))
-                self._unsaved += self._rows.insert(new, vectors, drop=replaced)
+            dropped = {(cid, d.id) for d in documents if d.id is not None
+                       for cid in self._rows.document_chunks(d.id, d.scope) if (cid, d.id) not in members}
+            vectors = (self._embed_with_progress([c.text for c in new]) if new
+                       else np.zeros((0, self.embedder.dim), np.float32))
+            changed, replaced = self._rows.insert(new, vectors, members=members, dropped=dropped)
+            if changed:
+                self._unsaved += changed
                 self._sync()
                 self._save()
                 self._write_meta()

@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS kb_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS kb_chunks (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, doc_id TEXT NOT NULL,
     idx INTEGER NOT NULL, text TEXT NOT NULL, scope TEXT, metadata TEXT NOT NULL, vector BLOB);
+CREATE TABLE IF NOT EXISTS kb_members (
+    chunk_id TEXT NOT NULL, doc_id TEXT NOT NULL, PRIMARY KEY (chunk_id, doc_id));
 """)
 _BATCH = 500  # ids per IN (...) query
 
@@ -71,26 +73,47 @@ class ChunkRows:
                         "WHERE name = 'generation'")
 
     def insert(self, chunks: Sequence[Chunk], vectors: np.ndarray, *,
-               drop: Iterable[str] = ()) -> int:
-        """Store chunks with their vectors and delete the rows ``drop`` names, in one
-        transaction (a reader never sees a document with neither its old nor its new chunks);
-        returns how many rows were added or deleted."""
+               members: Iterable[tuple[str, str]] = (),
+               dropped: Iterable[tuple[str, str]] = ()) -> tuple[int, list[str]]:
+        """Store chunks with their vectors, record which documents hold which chunks
+        (``members``: chunk id, document id) and remove the ``dropped`` memberships, in one
+        transaction (a reader never sees a document with neither its old nor its new chunks).
+        A dropped chunk's row goes when no document holds it any more (:meth:`_release`). Returns how many rows were added or deleted, and the ids deleted."""
         rows = [(c.id, c.doc_id, c.index, c.text, c.scope, json.dumps(dict(c.metadata)),
                  np.asarray(v, dtype=np.float32).tobytes()) for c, v in zip(chunks, vectors, strict=True)]
+        dropped = list(dropped)
         with transaction(self.db):
             before = self.db.total_changes
             self.db.executemany("INSERT OR IGNORE INTO kb_chunks (id, doc_id, idx, text, scope, "
                                 "metadata, vector) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-            self.db.executemany("DELETE FROM kb_chunks WHERE id = ?", [(i,) for i in drop])
-            changed = self.db.total_changes - before
-            if changed:
+            added = self.db.total_changes - before
+            self.db.executemany("INSERT OR IGNORE INTO kb_members VALUES (?, ?)", list(members))
+            self.db.executemany("DELETE FROM kb_members WHERE chunk_id = ? AND doc_id = ?", dropped)
+            gone = sorted({cid for cid, doc_id in dropped if self._release(cid, doc_id)})
+            self.db.executemany("DELETE FROM kb_chunks WHERE id = ?", [(i,) for i in gone])
+            if added or gone:
                 self._bump()
-        return changed
+        return added + len(gone), gone
+
+    def _release(self, chunk_id: str, doc_id: str) -> bool:
+        """``doc_id`` no longer holds ``chunk_id``: True when its row is to go (the document
+        stored it and none holds it now); a row another document holds passes to that one."""
+        if self.db.execute("SELECT 1 FROM kb_chunks WHERE id = ? AND doc_id = ?",
+                           (chunk_id, doc_id)).fetchone() is None:
+            return False
+        heir = self.db.execute("SELECT doc_id FROM kb_members WHERE chunk_id = ? LIMIT 1",
+                               (chunk_id,)).fetchone()
+        if heir is None:
+            return True
+        self.db.execute("UPDATE kb_chunks SET doc_id = ? WHERE id = ?", (heir[0], chunk_id))
+        return False
 
     def document_chunks(self, doc_id: str, scope: str | None) -> set[str]:
-        """The ids of the chunks stored for document ``doc_id`` in ``scope``."""
+        """The ids of the chunks document ``doc_id`` of ``scope`` stored or holds."""
         return {r[0] for r in self.db.execute(
-            "SELECT id FROM kb_chunks WHERE doc_id = ? AND scope IS ?", (doc_id, scope))}
+            "SELECT id FROM kb_chunks WHERE doc_id = ? AND scope IS ? UNION "
+            "SELECT m.chunk_id FROM kb_members m JOIN kb_chunks c ON c.id = m.chunk_id "
+            "WHERE m.doc_id = ? AND c.scope IS ?", (doc_id, scope, doc_id, scope))}
 
     def delete(self, ids: Iterable[str]) -> int:
         ids = list(ids)
@@ -98,6 +121,7 @@ class ChunkRows:
             before = self.db.total_changes
             self.db.executemany("DELETE FROM kb_chunks WHERE id = ?", [(i,) for i in ids])
             removed = self.db.total_changes - before
+            self.db.executemany("DELETE FROM kb_members WHERE chunk_id = ?", [(i,) for i in ids])
             if removed:
                 self._bump()
         return removed

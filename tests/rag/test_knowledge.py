@@ -154,3 +154,17 @@ def test_a_document_re_chunked_at_another_size_keeps_no_old_chunk() -> None:
     new = bank.add_documents([{"text": text, "id": "notes"}])
     assert {c.id for c in bank.chunks()} == {c.id for c in new.new_chunks}
     assert set(new.replaced_chunks) == {c.id for c in old.new_chunks}
+
+
+def test_a_paragraph_another_document_holds_stays_when_one_drops_it(tmp_path: Path) -> None:
+    bank = _bank(tmp_path / "kb", chunk_words=5)
+    shared = "Quarterly figures are due on the tenth."
+    bank.add_documents([{"text": f"Ana's note. {shared}", "id": "ana"},
+                        {"text": f"Ben's note. {shared}", "id": "ben"}])
+    assert len([c for c in bank.chunks() if c.text == shared]) == 1  # stored once
+    report = bank.add_documents([{"text": "Ana's note, rewritten without it.", "id": "ana"}])
+    assert shared in [c.text for c in bank.chunks()]  # Ben's document still has it
+    assert len(report.replaced_chunks) == 1  # Ana's own first sentence, not the shared one
+    bank.add_documents([{"text": "Ben's note, rewritten without it.", "id": "ben"}])
+    assert shared not in [c.text for c in bank.chunks()]  # nobody holds it now
+    bank.close()
