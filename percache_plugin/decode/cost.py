@@ -60,6 +60,6 @@ SMOLLM2_CPU_COST_PACKED = VerifyCost((1.29, 1.25, 1.11, 1.14, 1.08, 1.25, 1.18, 
 ``packed``; the one-token forward the model's own): the default curve of drafted decoding on
 the CPU. Both curves from one run interleaving the set-ups, at a load average of 6-8. Measured
 before verify forwards padded 2-3 rows and folded the attention's query groups: the curve measured
-after (2,000 cached tokens: 1.04, 1.08, 1.07 at k = 1-3, 1.30-1.95 at k = 6-16) chose shorter drafts
-and lowered bench decode's medians by 0.09-0.15x (docs/BENCHMARKS.md, "Verify forwards nearer
-one-token cost"), so this one stays the default."""
+after (2,000 cached tokens: 1.04, 1.08, 1.07 at k = 1-3, 1.30-1.95 at k = 6-16) chose shorter drafts,
+needed more forwards in bench decode and gained nothing measurable (docs/BENCHMARKS.md, "Verify
+forwards nearer one-token cost"), so this one stays the default."""
