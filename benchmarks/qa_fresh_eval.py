@@ -3,7 +3,9 @@
 qa_fresh2_heldout.json``, the second one (written before the ``roles`` guard was developed),
 or ``--set qa_fresh3_heldout.json``, the third (written before the guards it reports on were
 developed), or ``--set qa_fresh4_heldout.json``, the fourth (written before the lexical guard's
-second revision); each file's ``about`` field says how it was made. ``--show SETTING`` lists,
+second revision), or ``--set qa_fresh5_heldout.json``, the fifth (written before the changes of
+docs/BENCHMARKS.md's "the known gaps, and a fifth fresh check"); each file's ``about`` field says
+how it was made. ``--show SETTING`` lists,
 for one setting, each negative served and each paraphrase missed (for development on sets
 already seen).
 
@@ -19,7 +21,7 @@ floor, 0.66) with the key-terms guard.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/qa_fresh_eval.py \\
         --locomo ../shared/data/locomo/locomo_dev5.json --qmsum ../shared/data/qmsum \\
-        [--set qa_fresh2_heldout.json | ... | --set qa_fresh4_heldout.json] [--show SETTING]
+        [--set qa_fresh2_heldout.json | ... | --set qa_fresh5_heldout.json] [--show SETTING]
 """
 
 from __future__ import annotations
