@@ -37,6 +37,8 @@ class Memory:
         self._stores = stores  # forget cleans every fingerprint's K/V (None: the weights in use)
         # called with a forgotten fact's id (the handle's: take it out of the sessions' regions)
         self.forgotten: list[Callable[[str], object]] = []
+        # called with an updated fact's id (the handle's: take its old text out of chat turns)
+        self.updated: list[Callable[[str], object]] = []
 
     @property
     def extraction(self) -> ExtractionStats:
@@ -104,10 +106,14 @@ class Memory:
 
     def update(self, fact_id: str, text: str, metadata: Mapping[str, str] | None = None) -> Fact:
         """Replace a fact's text; the old version stays in :meth:`history`. K/V and stored
-        answers built on the old text are dropped."""
+        answers built on the old text are dropped, and so is the old text in the chat turns it
+        was recalled into (as for :meth:`forget`; a session's region puts the new text in its
+        place at the next turn): a later turn recalls the new text, never beside the old one."""
         old = self.bank.get(fact_id)
         fact = self.bank.update(fact_id, text, metadata)
         self._drop_derived(old)
+        for fn in self.updated:
+            fn(fact_id)
         return fact
 
     def history(self, fact_id: str) -> builtins.list[HistoryEvent]:

@@ -141,18 +141,20 @@ def without_fact(session: Session, fact_id: str) -> int | None:
     return _set_region(session, [f for f in session.memory if f.fact_id != fact_id], ChatStats())
 
 
-def forget_fact(engine: Engine, live: Sequence[Session], store: SessionStore | None, fact_id: str) -> int:
+def forget_fact(engine: Engine, live: Sequence[Session], store: SessionStore | None, fact_id: str, *,
+                keep_region: bool = False) -> int:
     """Take a forgotten fact out of every session: the regions and the turns it was recalled
     into as text (:mod:`.recalled`) of the sessions in memory (their caches cropped before
     it), the same in saved sessions under every fingerprint with their K/V slices from there
     on (their snapshots then end before it, :mod:`.forget_rows`), and the prefix blocks that
     held it or followed it, under every fingerprint and block size. Returns the sessions
-    changed."""
+    changed. ``keep_region`` (an updated fact): the regions of the sessions in memory keep it
+    (the next turn puts its new text in the old one's place); saved sessions drop it."""
     changed = set()
     for session in live:
         with session.lock, engine.lock:
             ids = session.ids
-            region = without_fact(session, fact_id)
+            region = None if keep_region else without_fact(session, fact_id)
             recalled = without_recalled(session, fact_id)
             starts = [s for s in (region, recalled[0] if recalled else None) if s is not None]
             if not starts:

@@ -250,12 +250,13 @@ class Sessions:
         """Recall facts from ``memory`` (``pc.memory``) and take the facts it forgets out of sessions."""
         self.memory.recall, self.memory.current = memory.recall, memory.current
         memory.forgotten.append(self.forget_fact)
+        memory.updated.append(lambda fact_id: self.forget_fact(fact_id, keep_region=True))
 
-    def forget_fact(self, fact_id: str) -> int:
-        """Take a forgotten memory fact out of every session (``memory_region.forget_fact``)."""
+    def forget_fact(self, fact_id: str, *, keep_region: bool = False) -> int:
+        """Take a forgotten (or updated) fact out of every session (``memory_region.forget_fact``)."""
         with self._lock:
             live = list(self._sessions.values())
-        return forget_fact(self._engine, live, self._store, fact_id)
+        return forget_fact(self._engine, live, self._store, fact_id, keep_region=keep_region)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
              persona: str | None = None,

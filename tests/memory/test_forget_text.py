@@ -150,3 +150,22 @@ def test_spliced_modes_record_no_recalled_turns(tmp_path: Path, mode: str) -> No
     turn = pc.sessions.get("default").turns[0]
     assert turn.fact_ids == [] and turn.bare_ids is None  # the fact is in the region, not the turn
     pc.close()
+
+
+def test_an_updated_fact_leaves_the_turns_that_recalled_its_old_text() -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, **CONFIG)
+    fact = pc.memory.add(TEA, scope="ana").fact
+    pc.memory.add("Bob repairs old radios", scope="bob")
+    pc.sessions.create("s", system="Be brief.")
+    first = pc.chat(TURNS[0][0], session="s", memory_scope="ana", max_new_tokens=3)
+    assert "every morning" in tok.decode(first.prompt_ids)
+    pc.memory.update(fact.id, "Ana drinks Quillberry coffee every evening")
+    reply = pc.chat(TURNS[2][0], session="s", memory_scope="ana", max_new_tokens=3)
+    text = tok.decode(reply.prompt_ids)
+    assert "every morning" not in text and "every evening" in text  # only the new text
+    with pc.disabled():
+        want, logits = baseline(pc.model, reply.prompt_ids, 3)
+    assert reply.token_ids == want
+    assert (reply.first_logits - logits).abs().max().item() <= 1e-4
+    pc.close()
