@@ -246,26 +246,27 @@ class StoreAdmin:
         :raises KeyError: when no chunk belongs to ``doc_id``.
         """
         with self.exclusive("remove a document from"):
-            chunks = [c for c in self.chunks() if c.doc_id == doc_id and (scope is None or c.scope == scope)]
-            if not chunks:
+            kb = self.knowledge
+            scopes = set() if kb is None else kb.document_scopes(doc_id)
+            scopes = scopes if scope is None else scopes & {scope}
+            if kb is None or not scopes:
                 known = sorted({c.doc_id for c in self.chunks()})
                 raise KeyError(f"no document {doc_id!r} in {self.path} (documents: {known[:10]})")
-            ids = {c.id for c in chunks}
-            return self._remove_chunks(ids, documents=len({(c.doc_id, c.scope) for c in chunks}))
-
-    def _remove_chunks(self, ids: set[str], *, documents: int) -> RemoveReport:
-        qa = [e.id for e in self.qa_bank.entries() if ids.intersection(e.sources)]
-        for entry_id in qa:
-            self.qa_bank.delete(entry_id)
-        kv_nodes = 0
-        for fp in self.fingerprints():
-            store = self.kv_store(fp)
-            for node in store.nodes():
-                if node.extra.get("chunk") in ids and store.contains(node.key):
-                    kv_nodes += store.delete(node.key, with_descendants=True)
-        kb = self.knowledge
-        removed = 0 if kb is None else kb.remove_chunks(ids)
-        return RemoveReport(documents, removed, kv_nodes, len(qa))
+            held = {cid for s in scopes for cid in kb.document_chunks(doc_id, s)}
+            # The answers and K/V built on every chunk it holds go first (a crash between the
+            # steps leaves the document with less cache, never an answer without its source);
+            # then its chunks, but a paragraph another document holds too stays, passed to it.
+            qa = [e.id for e in self.qa_bank.entries() if held.intersection(e.sources)]
+            for entry_id in qa:
+                self.qa_bank.delete(entry_id)
+            kv_nodes = 0
+            for fp in self.fingerprints():
+                store = self.kv_store(fp)
+                for node in store.nodes():
+                    if node.extra.get("chunk") in held and store.contains(node.key):
+                        kv_nodes += store.delete(node.key, with_descendants=True)
+            gone = [cid for s in scopes for cid in kb.remove_document(doc_id, s)]
+            return RemoveReport(len(scopes), len(gone), kv_nodes, len(qa))
 
     def purge(self, keep: str | None = None) -> int:
         """Remove the K/V of every fingerprint but ``keep`` (None: the fingerprint that wrote

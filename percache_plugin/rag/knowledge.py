@@ -300,6 +300,33 @@ class KnowledgeBank:
     def chunk_ids(self) -> list[str]:
         return [c.id for c in self.chunks()]
 
+    def remove_document(self, doc_id: str, scope: str | None) -> tuple[str, ...]:
+        """Remove document ``doc_id`` of ``scope``; returns the ids of the chunks deleted. A
+        paragraph another document holds too stays, and passes to that document."""
+        with self._lock:
+            self._sync()
+            held = self._rows.document_chunks(doc_id, scope)
+            if not held:
+                return ()
+            changed, gone = self._rows.insert([], np.zeros((0, self.embedder.dim), np.float32),
+                                              dropped={(cid, doc_id) for cid in held})
+            if changed:
+                self._unsaved += changed
+                self._sync()
+                self._save()
+                self._write_meta()
+            return tuple(gone)
+
+    def document_scopes(self, doc_id: str) -> set[str | None]:
+        """The scopes in which a document ``doc_id`` has chunks."""
+        with self._lock:
+            return self._rows.document_scopes(doc_id)
+
+    def document_chunks(self, doc_id: str, scope: str | None) -> set[str]:
+        """The ids of the chunks document ``doc_id`` of ``scope`` stored or holds."""
+        with self._lock:
+            return self._rows.document_chunks(doc_id, scope)
+
     def remove_chunks(self, chunk_ids: Iterable[str]) -> int:
         """Remove chunks (unknown ids are ignored); returns how many."""
         with self._lock:

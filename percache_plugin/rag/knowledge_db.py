@@ -115,6 +115,13 @@ class ChunkRows:
             "SELECT m.chunk_id FROM kb_members m JOIN kb_chunks c ON c.id = m.chunk_id "
             "WHERE m.doc_id = ? AND c.scope IS ?", (doc_id, scope, doc_id, scope))}
 
+    def document_scopes(self, doc_id: str) -> set[str | None]:
+        """The scopes in which a document ``doc_id`` stored or holds chunks."""
+        return {r[0] for r in self.db.execute(
+            "SELECT scope FROM kb_chunks WHERE doc_id = ? UNION "
+            "SELECT c.scope FROM kb_members m JOIN kb_chunks c ON c.id = m.chunk_id "
+            "WHERE m.doc_id = ?", (doc_id, doc_id))}
+
     def delete(self, ids: Iterable[str]) -> int:
         ids = list(ids)
         with transaction(self.db):

@@ -232,3 +232,42 @@ def test_a_store_opened_during_remove_or_purge_waits_for_its_end(
     finally:
         go.touch()
         proc.wait(timeout=120)
+
+
+SHARED = "The travel policy: economy class only, receipts within thirty days of the trip."
+
+
+def _handle(store: Path) -> percache.PerCache:
+    model, tok = tiny_pair("llama")
+    return percache.enable(model, tok, store=store, embedder="hash", answer_grounding=False,
+                           predict="off", chunk_words=12)
+
+
+def _two_documents_sharing_a_paragraph(store: Path) -> None:
+    pc = _handle(store)
+    pc.add_documents([{"id": "ana", "text": "Ana: the choir meets on Friday at six.\n\n" + SHARED},
+                      {"id": "ben", "text": "Ben: the budget review is on Monday.\n\n" + SHARED}])
+    pc.disable()
+
+
+def _chunk_texts(store: Path) -> list[str]:
+    pc = _handle(store)
+    texts = sorted(c.text for c in pc.knowledge.chunks())
+    pc.disable()
+    return texts
+
+
+def test_a_paragraph_passed_on_goes_with_its_last_holder(tmp_path: Path) -> None:
+    _two_documents_sharing_a_paragraph(tmp_path)
+    with StoreAdmin(tmp_path) as admin:
+        admin.remove_document("ana")  # stored the shared paragraph first
+    with StoreAdmin(tmp_path) as admin:
+        admin.remove_document("ben")  # held it too; nothing of either may be left
+    assert _chunk_texts(tmp_path) == []
+
+
+def test_removing_one_holder_leaves_the_shared_paragraph_to_the_other(tmp_path: Path) -> None:
+    _two_documents_sharing_a_paragraph(tmp_path)
+    with StoreAdmin(tmp_path) as admin:
+        assert admin.remove_document("ana").chunks == 1  # its own paragraph; the shared one is Ben's too
+    assert _chunk_texts(tmp_path) == sorted(["Ben: the budget review is on Monday.", SHARED])
