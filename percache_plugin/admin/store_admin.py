@@ -25,6 +25,7 @@ from types import TracebackType
 import numpy as np
 
 from ..filemodes import private_dir
+from ..kv.chunk_nodes import delete_chunk_nodes
 from ..kv.locks import DirectoryLock
 from ..kv.store import DB_NAME, KVStore, stored_fingerprints
 from ..personas.heads import HEADS_DIR as _PERSONA_HEADS
@@ -259,12 +260,7 @@ class StoreAdmin:
             qa = [e.id for e in self.qa_bank.entries() if held.intersection(e.sources)]
             for entry_id in qa:
                 self.qa_bank.delete(entry_id)
-            kv_nodes = 0
-            for fp in self.fingerprints():
-                store = self.kv_store(fp)
-                for node in store.nodes():
-                    if node.extra.get("chunk") in held and store.contains(node.key):
-                        kv_nodes += store.delete(node.key, with_descendants=True)
+            kv_nodes = sum(delete_chunk_nodes(self.kv_store(fp), held) for fp in self.fingerprints())
             gone = [cid for s in scopes for cid in kb.remove_document(doc_id, s)]
             return RemoveReport(len(scopes), len(gone), kv_nodes, len(qa))
 

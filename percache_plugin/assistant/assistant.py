@@ -7,7 +7,7 @@ exposes them for listing and correcting only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ..best_effort import best_effort
@@ -17,7 +17,8 @@ from ..core.registry import Registry
 from ..engine import Engine
 from ..hooks.contexts import AssistantContext
 from ..idle import IdleQueue, IdleReport, IdleTask
-from ..kv.store import DB_NAME, KVStore
+from ..kv.chunk_nodes import delete_chunk_nodes
+from ..kv.store import DB_NAME
 from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
 from ..predict.state import PredictionState
 from ..rag.chunking import Document
@@ -144,7 +145,7 @@ class Assistant:
             if report.replaced_chunks:
                 self.hooks.sources_forgotten(self.ctx, report.replaced_chunks)
                 with best_effort("deleting the K/V of replaced chunks", self.engine.stats()):
-                    _drop_chunk_kv(self.engine.store, report.replaced_chunks)
+                    delete_chunk_nodes(self.engine.store, set(report.replaced_chunks))
             self.hooks.documents_added(self.ctx, report)
             by_scope: dict[str | None, list[str]] = {}
             for c in report.new_chunks:
@@ -248,9 +249,3 @@ class Assistant:
                 if part is not None:
                     part.close()
 
-
-def _drop_chunk_kv(store: KVStore, chunk_ids: Sequence[str]) -> int:
-    """Delete the K/V nodes stored for these chunks, with the nodes computed after them."""
-    gone = set(chunk_ids)
-    keys = [n.key for n in store.nodes() if n.extra.get("chunk") in gone]
-    return sum(store.delete(key) for key in keys if store.contains(key))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..kv.chunk_nodes import chunk_node_keys
 from ..kv.store import KVStore
 from .bank import MemoryBank
 
@@ -57,7 +58,7 @@ def drop_kv(stores: Sequence[KVStore], chunk_id: str, keys: set[str], text: str 
     removed = 0
     for store in stores:
         found = set(keys)
-        found.update(n.key for n in store.nodes() if n.extra.get("chunk") == chunk_id)
+        found.update(chunk_node_keys(store, {chunk_id}))
         if text is not None and token_ids is not None:
             for ids in token_ids(text):
                 found.update(n.key for n in store.find_by_tokens(ids))
