@@ -258,8 +258,9 @@ class Config:
     use_qa_bank: bool = _help("Answer from the QA bank when a stored question matches.", True)
     qa_share_across_models: bool = _help(
         "Serve QA-bank answers that another model (another fingerprint: other weights or "
-        "adapter) or another system_prompt generated; off: each model is served only the "
-        "answers it gave under the current system_prompt.", False)
+        "adapter) or other settings (system_prompt, top_k... the table in "
+        "plugins/answer_binding.py) generated; off: each model is served only the answers it "
+        "gave under the current settings.", False)
     use_kv: bool = _help("Reuse and store chunk K/V (False: every prompt is computed).", True)
     predict: Literal["off", "knowledge", "history", "both"] = _help(
         "Predict questions in idle time: from an abstract of new documents ('knowledge'), "

@@ -8,7 +8,6 @@ request path.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from ..hooks.specs import hookimpl
 from ..kv.store import DB_NAME
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank
+from .answer_binding import answer_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,14 +31,6 @@ __all__ = ["answer_model", "KnowledgeRetrieval", "QABankPlugin", "KNOWLEDGE_PLUG
 
 KNOWLEDGE_PLUGIN = "percache_plugin.plugins.banks:KnowledgeRetrieval"
 QA_BANK_PLUGIN = "percache_plugin.plugins.banks:QABankPlugin"
-
-
-def answer_model(fingerprint: str, system_prompt: str, use_template: bool = True) -> str:
-    """What a QA-bank answer is bound to: the model's fingerprint, the system prompt it
-    answered under and whether the prompt was rendered with the chat template (a new
-    ``system_prompt`` or ``chat_template`` setting is not served the answers of the old one)."""
-    digest = hashlib.blake2b(system_prompt.encode("utf-8"), digest_size=8).hexdigest()
-    return f"{fingerprint}/system-{digest}" + ("" if use_template else "/plain")
 
 
 class KnowledgeRetrieval:
@@ -117,8 +109,7 @@ class QABankPlugin:
             engine = ctx.engine
             self._bank = QABank(None if root is None else root / DB_NAME, ctx.embedder,
                                 byte_limit=ctx.config.qa_byte_limit,
-                                model=lambda: answer_model(engine.fingerprint, engine.config.system_prompt,
-                                                           engine.use_template),
+                                model=lambda: answer_model(engine.fingerprint, engine.config, engine.use_template),
                                 share_across_models=lambda: engine.config.qa_share_across_models)
         return self._bank
 
