@@ -137,7 +137,9 @@ class Assistant:
         """Add documents (hook ``percache_add_documents``, the default: the knowledge bank);
         stale answers are queued for refresh. A document given again with its id replaces the
         old text: the answers built on its removed chunks are deleted (hook
-        ``percache_sources_forgotten``) and so is their K/V in this model's store."""
+        ``percache_sources_forgotten``) and so is their K/V in this model's store. Answers built
+        on a chunk kept under another document or at another position are deleted too: ask()
+        orders a prompt's chunks by document and position."""
         with self._foreground():
             if isinstance(docs, (str, bytes, Mapping, Document)):
                 docs = [docs]
@@ -146,6 +148,8 @@ class Assistant:
                 self.hooks.sources_forgotten(self.ctx, report.replaced_chunks)
                 with best_effort("deleting the K/V of replaced chunks", self.engine.stats()):
                     delete_chunk_nodes(self.engine.store, set(report.replaced_chunks))
+            if report.relabelled_chunks:
+                self.hooks.sources_forgotten(self.ctx, report.relabelled_chunks)
             self.hooks.documents_added(self.ctx, report)
             by_scope: dict[str | None, list[str]] = {}
             for c in report.new_chunks:

@@ -22,6 +22,7 @@ __all__ = [
     "Embedder",
     "HashEmbedder",
     "SentenceTransformerEmbedder",
+    "embed_with_progress",
     "load_embedder",
     "question_words",
 ]
@@ -249,3 +250,17 @@ def load_embedder(spec: str | Embedder | None) -> Embedder:
     ):
         return spec
     raise TypeError(f"embedder spec must be None, a str or an Embedder, got {type(spec).__name__}")
+
+
+def embed_with_progress(embedder: Embedder, texts: list[str], batch: int = 64) -> np.ndarray:
+    """Embed ``texts`` (float32); a progress bar (stderr, terminals only) when there are many."""
+    if len(texts) <= batch:
+        return embedder.embed(texts).astype(np.float32)
+    from tqdm import tqdm
+
+    parts = []
+    with tqdm(total=len(texts), desc="embedding chunks", unit="chunk", disable=None) as bar:
+        for i in range(0, len(texts), batch):
+            parts.append(embedder.embed(texts[i:i + batch]).astype(np.float32))
+            bar.update(len(texts[i:i + batch]))
+    return np.concatenate(parts)

@@ -176,6 +176,14 @@ class HybridIndex:
         self._bm25.invalidate()
         return len(new)
 
+    def relabel(self, chunks: Iterable[Chunk]) -> None:
+        """Indexed chunks take these chunks' document, position and metadata (same id and text)."""
+        for chunk in chunks:
+            entry = self._entries[chunk.id]
+            if (chunk.text, chunk.scope) != (entry.chunk.text, entry.chunk.scope):
+                raise ValueError(f"relabel: chunk {chunk.id!r} has another text or scope")
+            entry.chunk = chunk
+
     def remove(self, chunk_ids: str | Iterable[str]) -> int:
         """Remove chunks by id (a single id or an iterable); unknown ids are ignored.
         Returns how many were removed."""

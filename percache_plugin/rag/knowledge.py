@@ -26,7 +26,7 @@ import numpy as np
 
 from ..filemodes import FILE_MODE, private_dir
 from .chunking import Chunk, Document, as_document, chunk_document
-from .embeddings import Embedder
+from .embeddings import Embedder, embed_with_progress
 from .index import HybridIndex
 from .index_files import CorruptIndexError, read_legacy
 from .knowledge_db import ChunkRows
@@ -53,12 +53,15 @@ class AddReport:
     :ivar duplicate_chunks: chunks already present (same text in the same scope), skipped.
     :ivar replaced_chunks: ids of the chunks removed because a document given again with the
         same id and scope no longer has them (its text changed, or the chunk size did).
+    :ivar relabelled_chunks: ids of chunks kept under another document (a paragraph passed to
+        another holder), at another position or with other metadata (a document given again).
     """
 
     documents: int
     new_chunks: tuple[Chunk, ...]
     duplicate_chunks: int
     replaced_chunks: tuple[str, ...] = ()
+    relabelled_chunks: tuple[str, ...] = ()
 
 
 class KnowledgeBank:
@@ -165,6 +168,7 @@ class KnowledgeBank:
             filled = [v for v in vectors if v is not None]
             assert len(filled) == len(rows)
             self._index.add([c for c, _ in rows], np.stack(filled))
+        self._index.relabel(self._rows.relabelled(self._index.chunks()))  # passed on, given again
         self._generation = generation
         self.repairs["rows_repaired"] = self._rows.repaired
 
@@ -242,36 +246,26 @@ class KnowledgeBank:
         with self._lock:
             self._sync()
             chunks: dict[str, Chunk] = {}
-            members: set[tuple[str, str]] = set()
+            given: dict[tuple[str, str], Chunk] = {}  # a document's first copy of a paragraph
             for doc in documents:
                 for c in chunk_document(doc, target_words=self.chunk_words):
                     chunks.setdefault(c.id, c)
-                    members.add((c.id, c.doc_id))
+                    given.setdefault((c.id, c.doc_id), c)
+            members = set(given)
             new = [c for c in chunks.values() if c.id not in self._index]
             dropped = {(cid, d.id) for d in documents if d.id is not None
                        for cid in self._rows.document_chunks(d.id, d.scope) if (cid, d.id) not in members}
-            vectors = (self._embed_with_progress([c.text for c in new]) if new
+            vectors = (embed_with_progress(self.embedder, [c.text for c in new]) if new
                        else np.zeros((0, self.embedder.dim), np.float32))
-            changed, replaced = self._rows.insert(new, vectors, members=members, dropped=dropped)
+            changed, replaced, relabelled = self._rows.insert(new, vectors, members=members, dropped=dropped,
+                                                              given=given.values())
             if changed:
                 self._unsaved += changed
                 self._sync()
                 self._save()
                 self._write_meta()
-            return AddReport(len(documents), tuple(new), len(chunks) - len(new), tuple(replaced))
-
-    def _embed_with_progress(self, texts: list[str], batch: int = 64) -> np.ndarray:
-        """Embed ``texts``; a progress bar (stderr, terminals only) when there are many."""
-        if len(texts) <= batch:
-            return self.embedder.embed(texts).astype(np.float32)
-        from tqdm import tqdm
-
-        parts = []
-        with tqdm(total=len(texts), desc="embedding chunks", unit="chunk", disable=None) as bar:
-            for i in range(0, len(texts), batch):
-                parts.append(self.embedder.embed(texts[i:i + batch]).astype(np.float32))
-                bar.update(len(texts[i:i + batch]))
-        return np.concatenate(parts)
+            return AddReport(len(documents), tuple(new), len(chunks) - len(new), tuple(replaced),
+                             tuple(relabelled))
 
     def retrieve(self, query: str, k: int = 3, *, scope: str | None = None,
                  query_embedding: np.ndarray | None = None) -> list[Chunk]:
@@ -308,7 +302,7 @@ class KnowledgeBank:
             held = self._rows.document_chunks(doc_id, scope)
             if not held:
                 return ()
-            changed, gone = self._rows.insert([], np.zeros((0, self.embedder.dim), np.float32),
+            changed, gone, _ = self._rows.insert([], np.zeros((0, self.embedder.dim), np.float32),
                                               dropped={(cid, doc_id) for cid in held})
             if changed:
                 self._unsaved += changed

@@ -74,11 +74,16 @@ class ChunkRows:
 
     def insert(self, chunks: Sequence[Chunk], vectors: np.ndarray, *,
                members: Iterable[tuple[str, str]] = (),
-               dropped: Iterable[tuple[str, str]] = ()) -> tuple[int, list[str]]:
+               dropped: Iterable[tuple[str, str]] = (),
+               given: Iterable[Chunk] = ()) -> tuple[int, list[str], list[str]]:
         """Store chunks with their vectors, record which documents hold which chunks
         (``members``: chunk id, document id) and remove the ``dropped`` memberships, in one
         transaction (a reader never sees a document with neither its old nor its new chunks).
-        A dropped chunk's row goes when no document holds it any more (:meth:`_release`). Returns how many rows were added or deleted, and the ids deleted."""
+        A dropped chunk's row goes when no document holds it any more (:meth:`_release`). A
+        row the document of a ``given`` chunk stored takes that chunk's position and metadata
+        (a document given again with new metadata). Returns how many rows were added, deleted
+        or relabelled, the ids deleted and the ids relabelled (another holder, position or
+        metadata)."""
         rows = [(c.id, c.doc_id, c.index, c.text, c.scope, json.dumps(dict(c.metadata)),
                  np.asarray(v, dtype=np.float32).tobytes()) for c, v in zip(chunks, vectors, strict=True)]
         dropped = list(dropped)
@@ -87,26 +92,51 @@ class ChunkRows:
             self.db.executemany("INSERT OR IGNORE INTO kb_chunks (id, doc_id, idx, text, scope, "
                                 "metadata, vector) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             added = self.db.total_changes - before
+            relabelled = {c.id for c in given if self._relabel(c)}
             self.db.executemany("INSERT OR IGNORE INTO kb_members VALUES (?, ?)", list(members))
             self.db.executemany("DELETE FROM kb_members WHERE chunk_id = ? AND doc_id = ?", dropped)
-            gone = sorted({cid for cid, doc_id in dropped if self._release(cid, doc_id)})
+            released = {cid: self._release(cid, doc_id) for cid, doc_id in dropped}
+            gone = sorted(cid for cid, fate in released.items() if fate == "gone")
+            relabelled |= {cid for cid, fate in released.items() if fate == "passed"}
             self.db.executemany("DELETE FROM kb_chunks WHERE id = ?", [(i,) for i in gone])
-            if added or gone:
+            if added or gone or relabelled:
                 self._bump()
-        return added + len(gone), gone
+        return added + len(gone) + len(relabelled), gone, sorted(relabelled)
 
-    def _release(self, chunk_id: str, doc_id: str) -> bool:
-        """``doc_id`` no longer holds ``chunk_id``: True when its row is to go (the document
-        stored it and none holds it now); a row another document holds passes to that one."""
+    def _relabel(self, chunk: Chunk) -> bool:
+        """The row ``chunk``'s document stored takes its position and metadata; True if it changed."""
+        meta = json.dumps(dict(chunk.metadata))
+        return self.db.execute(
+            "UPDATE kb_chunks SET idx = ?, metadata = ? WHERE id = ? AND doc_id = ? AND "
+            "(idx != ? OR metadata != ?)",
+            (chunk.index, meta, chunk.id, chunk.doc_id, chunk.index, meta)).rowcount > 0
+
+    def _release(self, chunk_id: str, doc_id: str) -> str:
+        """``doc_id`` no longer holds ``chunk_id``: "gone" when its row is to go (the document
+        stored it and none holds it now), "passed" when the row passes to another document
+        that holds it, "" when another document stored it."""
         if self.db.execute("SELECT 1 FROM kb_chunks WHERE id = ? AND doc_id = ?",
                            (chunk_id, doc_id)).fetchone() is None:
-            return False
+            return ""
         heir = self.db.execute("SELECT doc_id FROM kb_members WHERE chunk_id = ? LIMIT 1",
                                (chunk_id,)).fetchone()
         if heir is None:
-            return True
+            return "gone"
         self.db.execute("UPDATE kb_chunks SET doc_id = ? WHERE id = ?", (heir[0], chunk_id))
-        return False
+        return "passed"
+
+    def relabelled(self, held: Iterable[Chunk]) -> list[Chunk]:
+        """The ``held`` chunks (an index's) whose row names another document, position or
+        metadata, as the row has them now."""
+        rows = {cid: (doc_id, int(idx), meta) for cid, doc_id, idx, meta in
+                self.db.execute("SELECT id, doc_id, idx, metadata FROM kb_chunks")}
+        out = []
+        for c in held:
+            doc_id, idx, meta = rows.get(c.id, (c.doc_id, c.index, None))
+            metadata = dict(c.metadata) if meta is None else _decoded(meta) or {}
+            if (doc_id, idx, metadata) != (c.doc_id, c.index, dict(c.metadata)):
+                out.append(Chunk(c.id, doc_id, idx, c.text, c.scope, metadata))
+        return out
 
     def document_chunks(self, doc_id: str, scope: str | None) -> set[str]:
         """The ids of the chunks document ``doc_id`` of ``scope`` stored or holds."""
@@ -155,12 +185,9 @@ class ChunkRows:
                             (np.asarray(vector, dtype=np.float32).tobytes(), chunk_id))
 
     def _metadata(self, chunk_id: str, text: str) -> dict[str, str]:
-        try:
-            data = json.loads(text)
-            if isinstance(data, dict) and all(isinstance(v, str) for v in data.values()):
-                return data
-        except (TypeError, ValueError):
-            pass
+        data = _decoded(text)
+        if data is not None:
+            return data
         self.repaired += 1
         log.warning("percache knowledge bank: chunk %s has unreadable metadata; dropped", chunk_id)
         return {}
@@ -172,3 +199,14 @@ class ChunkRows:
         if not np.isfinite(vector).all() or not np.linalg.norm(vector) > 0:
             return None
         return vector
+
+
+def _decoded(text: str) -> dict[str, str] | None:
+    """A row's metadata JSON as a dict (None when it is not a mapping of strings)."""
+    try:
+        data = json.loads(text)
+        if isinstance(data, dict) and all(isinstance(v, str) for v in data.values()):
+            return data
+    except (TypeError, ValueError):
+        pass
+    return None

@@ -89,3 +89,27 @@ def test_a_handle_sharing_the_store_is_not_served_the_replaced_documents_answer(
         == [NEW["text"]]
     writer.close()
     reader.close()
+
+
+def test_an_answer_on_a_paragraph_passed_to_another_document_is_generated_again(tmp_path: Path) -> None:
+    # ask() orders a prompt's chunks by document: the paragraph now sorts after Bob's note.
+    shared = "Travel policy: the choir rehearsal trip is economy class only."
+    docs = [{"id": "ana", "text": "Ana: my notes.\n\n" + shared},
+            {"id": "bob", "text": "Bob: the choir rehearsal moved to Friday."},
+            {"id": "cat", "text": "Cat: my notes.\n\n" + shared}]
+    ana_again = {"id": "ana", "text": "Ana: my notes."}
+    pc = _pc(tmp_path / "old")
+    pc.configure(chunk_words=5)
+    pc.add_documents(docs, scope="alice")
+    first = pc.ask(Q, scope="alice", **GEN)
+    pc.add_documents([ana_again], scope="alice")
+    after = pc.ask(Q, scope="alice", **GEN)
+    pc.close()
+    assert set(first.sources) == set(after.sources) and first.sources != after.sources
+    fresh = _pc(tmp_path / "fresh")
+    fresh.configure(chunk_words=5)
+    fresh.add_documents([ana_again, *docs[1:]], scope="alice")
+    expected = fresh.ask(Q, scope="alice", **GEN)
+    fresh.close()
+    assert after.source == expected.source == "generated"
+    assert (after.text, after.sources) == (expected.text, expected.sources)
