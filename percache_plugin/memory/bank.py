@@ -27,7 +27,7 @@ import builtins
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -108,6 +108,8 @@ class MemoryBank:
         self._text_vectors: dict[str, np.ndarray] = {}  # of the indexed facts' own text
         self._generation = -1
         self._pending: builtins.list[tuple[Fact, np.ndarray]] = []  # added in the open transaction
+        # called with the ids of facts a newer one superseded, once that is committed
+        self.superseded: builtins.list[Callable[[builtins.list[str]], object]] = []
 
     def close(self) -> None:
         self._rows.close()
@@ -149,11 +151,15 @@ class MemoryBank:
             try:
                 with self._rows.tx():
                     self._sync()
-                    return [self._add(text, norm, meta, scope, vector, key)
-                            for (text, _, _), (norm, meta, scope), vector, key
-                            in zip(items, checked, vectors, keys, strict=True)]
+                    results = [self._add(text, norm, meta, scope, vector, key)
+                               for (text, _, _), (norm, meta, scope), vector, key
+                               in zip(items, checked, vectors, keys, strict=True)]
             finally:
                 self._pending = []
+        gone = [fact_id for r in results for fact_id in r.superseded]
+        for fn in self.superseded if gone else []:
+            fn(gone)
+        return results
 
     def _keys(self, items: Sequence[tuple[str, Mapping[str, str]]]) -> builtins.list[np.ndarray | None]:
         """The vectors of the facts' texts with their retrieval context (None: no context)."""

@@ -5,7 +5,8 @@ store's SQLite file), puts facts beside document chunks in ``ask()`` and registe
 ``percache_retrieve`` is wrapped: the chunks the retrieval plugins found come first, then the
 facts of the question's scope that pass the recall guard (``Config.memory_in_ask``,
 ``memory_k``, ``memory_threshold``). A stored answer's sources then name the facts it was built
-on, so forgetting a fact drops the answer (``percache_sources_forgotten``).
+on, so forgetting a fact, or a newer fact superseding it, drops the answer
+(``percache_sources_forgotten``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class MemoryPlugin:
         if self._bank is None:
             root = ctx.engine.store.path
             self._bank = MemoryBank(None if root is None else root / DB_NAME, ctx.embedder)
+            # an answer built on a superseded fact is never served again (as for a forgotten one)
+            self._bank.superseded.append(lambda ids: ctx.hooks.sources_forgotten(ctx, ids))
         return self._bank
 
     def recall(self, ctx: AssistantContext, query: Query, scope: str | None) -> list[FactHit]:

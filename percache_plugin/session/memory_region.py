@@ -112,7 +112,14 @@ class RegionMemory:
 
     def turn(self, session: Session, message: str, scope: str | None, stats: ChatStats,
              engine: Engine) -> tuple[str, list[RegionFact] | None]:
-        """The turn's recalled facts (``stats.fact_ids``) as :func:`turn_memory` places them."""
+        """The turn's recalled facts (``stats.fact_ids``) as :func:`turn_memory` places them.
+        Turns that recalled a fact as text which no longer serves (superseded by a newer fact,
+        or forgotten, by any handle or process) lose their memory block first (:mod:`.recalled`)."""
+        for fact_id in dict.fromkeys(f for t in session.turns for f in t.fact_ids):
+            now = self.current(fact_id)
+            cut = without_recalled(session, fact_id) if now is None or now[0] != fact_id else None
+            if cut is not None:
+                session.published = session.published[:cut[0] // engine.config.prefix_block_tokens]
         on = self.recall is not None and engine.config.memory_recall
         facts = self.recall(message, scope) if on and self.recall is not None else []
         stats.fact_ids = [fact_id for fact_id, _ in facts]
