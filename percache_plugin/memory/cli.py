@@ -29,6 +29,7 @@ from ..rag.qa_bank import QABank
 from ..session.blocks import drop_blocks
 from ..session.persist import SESSIONS_DB, SessionStore
 from ..sqlite_tx import BUSY_TIMEOUT_S
+from ..turnlog import TurnLog
 from ..turnlog.cli import add_export_arguments, export
 from .bank import MemoryBank, UnknownFact
 from .forget import forget_everywhere
@@ -153,6 +154,12 @@ def _forget(args: argparse.Namespace) -> int:
                 except UnknownFact as exc:
                     raise UsageError(str(exc), "see the ids with 'percache memory list STORE'") from exc
                 sessions, turns, blocks = _drop_from_sessions(args.store, admin, args.query)
+                if (args.store / SESSIONS_DB).is_file():
+                    log = TurnLog(args.store / SESSIONS_DB)
+                    try:
+                        log.forget_fact(report.fact_id)
+                    finally:
+                        log.close()
         except StoreInUseError as exc:
             raise UsageError(str(exc), "close the program using it, or call pc.memory.forget() "
                              "in it") from exc

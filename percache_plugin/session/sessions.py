@@ -250,6 +250,7 @@ class Sessions:
         """Recall facts from ``memory`` (``pc.memory``) and take the facts it forgets out of sessions."""
         self.memory.recall, self.memory.current = memory.recall, memory.current
         memory.forgotten.append(self.forget_fact)
+        memory.forgotten.append(self.log.forget_fact)  # no hash of a context that held the fact
         memory.updated.append(lambda fact_id: self.forget_fact(fact_id, keep_region=True))
 
     def forget_fact(self, fact_id: str, *, keep_region: bool = False) -> int:

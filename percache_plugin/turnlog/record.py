@@ -30,7 +30,8 @@ class TurnRecord:
     :ivar history: ``(user message, reply)`` of every earlier turn still in context, oldest first.
     :ivar message: the user's message.
     :ivar output: the reply, as generated.
-    :ivar context_hash: :func:`context_hash` of the prompt's token ids.
+    :ivar context_hash: :func:`context_hash` of the prompt's token ids; empty once a fact
+        recalled into the turn is forgotten (:meth:`TurnLog.forget_fact`).
     :ivar prompt_tokens: positions the model saw before the reply.
     :ivar fact_ids: ids of the memory facts recalled into the context (``ChatStats.fact_ids``).
     :ivar latency_s: from the call to the last reply token.

@@ -1,0 +1,38 @@
+"""A forgotten fact leaves no hash of a context that held it in the turn log: the logged hash is
+that of a prompt holding the fact's text, so with the system prompt and messages logged beside
+it, it confirms a guess of that text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.cli import main
+from percache_plugin.turnlog import context_hash
+from tests.helpers import tiny_pair
+from tests.memory.test_forget_text import CONFIG, TEA, TURNS
+
+
+@pytest.mark.parametrize("how", ["api", "cli"])
+def test_a_forgotten_fact_leaves_no_context_hash_in_the_turn_log(tmp_path: Path, how: str) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, **{**CONFIG, "store": tmp_path})
+    fact_id = pc.memory.add(TEA, scope="ana").fact.id
+    pc.memory.add("Bob repairs old radios", scope="bob")
+    pc.sessions.create("s", system="Be brief.")
+    replies = [pc.chat(m, session="s", memory_scope=scope, max_new_tokens=3) for m, scope in TURNS]
+    held = [fact_id in r.stats.fact_ids for r in replies]
+    assert held == [True, False, True]
+    assert [r.context_hash for r in pc.turn_log.records()] == [context_hash(r.prompt_ids) for r in replies]
+    if how == "api":
+        pc.memory.forget(fact_id)
+    else:
+        pc.close()
+        assert main(["memory", "forget", str(tmp_path), fact_id]) == 0
+        pc = percache.enable(model, tok, **{**CONFIG, "store": tmp_path})
+    hashes = [r.context_hash for r in pc.turn_log.records()]
+    pc.close()
+    # the turns that recalled it keep no hash; the turn that did not keeps its own
+    assert hashes == ["" if h else context_hash(r.prompt_ids) for h, r in zip(held, replies, strict=True)]
