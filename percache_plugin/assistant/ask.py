@@ -49,7 +49,8 @@ class Answer:
         its sources do not support (``Config.answer_grounding``); empty when it is served.
     :ivar not_stored: for a generated answer, why it was not stored in the QA bank (the
         caller's own ``stopping_criteria`` or ``stop_strings`` ended it before the model did:
-        a cut answer must not be served later as the answer); empty when it was stored.
+        a cut answer must not be served later as the answer; it was sampled or beam-searched:
+        the bank serves greedy answers); empty when it was stored.
     """
 
     text: str
@@ -93,7 +94,7 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
     text = gen.text.strip()
     unsupported: tuple[str, ...] = ()
-    not_stored = _cut_by_caller(a, gen.token_ids, generate_kwargs)
+    not_stored = _not_greedy(a, generate_kwargs) or _cut_by_caller(a, gen.token_ids, generate_kwargs)
     if not_stored:
         return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                       not_stored=not_stored)
@@ -105,6 +106,16 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
                      "; ".join(unsupported))
     return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                   unsupported=unsupported)
+
+
+def _not_greedy(a: Assistant, kwargs: dict[str, Any]) -> str:
+    """Why the answer is not the greedy answer ask() gives by default, or "": a later greedy
+    question must not be served a sample (a fresh store would answer it greedily)."""
+    if kwargs.get("do_sample"):
+        return "sampled (do_sample=True): the QA bank keeps greedy answers"
+    if int(kwargs.get("num_beams", a.engine.model.generation_config.num_beams) or 1) > 1:
+        return "beam search (num_beams > 1): the QA bank keeps greedy answers"
+    return ""
 
 
 def _cut_by_caller(a: Assistant, new: Sequence[int], kwargs: dict[str, Any]) -> str:

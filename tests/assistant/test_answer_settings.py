@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import percache_plugin as percache
 from tests.assistant.test_assistant import BEN, GEN, OLD, Q, _pc
@@ -48,3 +49,19 @@ def test_a_handle_with_other_settings_on_the_store_is_not_served_the_answer(tmp_
     assert answer.source == "generated" and len(answer.sources) == 1
     three.close()
     one.close()
+
+
+def test_a_sampled_answer_is_not_served_to_a_greedy_question(tmp_path: Path) -> None:
+    pc = _pc(tmp_path / "old")
+    pc.add_documents([OLD, BEN], scope="alice")
+    torch.manual_seed(0)
+    sampled = pc.ask(Q, scope="alice", do_sample=True, top_k=0, temperature=5.0, **GEN)
+    after = pc.ask(Q, scope="alice", **GEN)
+    pc.close()
+    fresh = _pc(tmp_path / "fresh")
+    fresh.add_documents([OLD, BEN], scope="alice")
+    expected = fresh.ask(Q, scope="alice", **GEN)
+    fresh.close()
+    assert sampled.text != expected.text  # serving the sample would answer otherwise
+    assert after.source == expected.source == "generated" and after.text == expected.text
+    assert sampled.source == "generated" and sampled.not_stored.startswith("sampled")
