@@ -108,8 +108,9 @@ class MemoryBank:
         self._text_vectors: dict[str, np.ndarray] = {}  # of the indexed facts' own text
         self._generation = -1
         self._pending: builtins.list[tuple[Fact, np.ndarray]] = []  # added in the open transaction
-        # called with the ids of facts a newer one superseded, once that is committed
-        self.superseded: builtins.list[Callable[[builtins.list[str]], object]] = []
+        # called with what an add or update stored once it is committed (the facts added,
+        # updated or superseded: what ask() may retrieve changed)
+        self.committed: builtins.list[Callable[[builtins.list[AddResult]], object]] = []
 
     def close(self) -> None:
         self._rows.close()
@@ -156,9 +157,8 @@ class MemoryBank:
                                in zip(items, checked, vectors, keys, strict=True)]
             finally:
                 self._pending = []
-        gone = [fact_id for r in results for fact_id in r.superseded]
-        for fn in self.superseded if gone else []:
-            fn(gone)
+        for fn in self.committed:
+            fn(results)
         return results
 
     def _keys(self, items: Sequence[tuple[str, Mapping[str, str]]]) -> builtins.list[np.ndarray | None]:
@@ -250,7 +250,10 @@ class MemoryBank:
             subject = subject_key(meta.get("subject"))
             self._rows.replace_text(fact, text, norm, meta, subject, self._embed(text),
                                     self._keys([(text, meta)])[0])
-        return replace(self.get(fact_id), kv_keys=())
+        updated = replace(self.get(fact_id), kv_keys=())
+        for fn in self.committed:
+            fn([AddResult(updated, "updated")])
+        return updated
 
     def history(self, fact_id: str) -> builtins.list[HistoryEvent]:
         """Every change of the fact, oldest first (raises :class:`UnknownFact` when unknown

@@ -6,7 +6,8 @@ store's SQLite file), puts facts beside document chunks in ``ask()`` and registe
 facts of the question's scope that pass the recall guard (``Config.memory_in_ask``,
 ``memory_k``, ``memory_threshold``). A stored answer's sources then name the facts it was built
 on, so forgetting a fact, or a newer fact superseding it, drops the answer
-(``percache_sources_forgotten``).
+(``percache_sources_forgotten``); a fact added or updated marks stale the answers of the
+questions that now retrieve it (``percache_documents_added`` with the facts as chunks).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..hooks.specs import hookimpl
 from ..kv.store import DB_NAME
-from .bank import MemoryBank, fact_chunk
+from ..rag.knowledge import AddReport
+from .bank import AddResult, MemoryBank, fact_chunk
 from .idle import EXTRACT_KIND, ExtractionStats, extraction_runner
 from .recall import RecallGuard, select
 
@@ -43,9 +45,20 @@ class MemoryPlugin:
         if self._bank is None:
             root = ctx.engine.store.path
             self._bank = MemoryBank(None if root is None else root / DB_NAME, ctx.embedder)
-            # an answer built on a superseded fact is never served again (as for a forgotten one)
-            self._bank.superseded.append(lambda ids: ctx.hooks.sources_forgotten(ctx, ids))
+            self._bank.committed.append(lambda results: self._committed(ctx, results))
         return self._bank
+
+    @staticmethod
+    def _committed(ctx: AssistantContext, results: Sequence[AddResult]) -> None:
+        """Facts were added, updated or superseded: no answer built on a superseded fact is
+        served again (as for a forgotten one), and the answers of questions that now retrieve
+        a new or updated fact are stale (refreshed in idle time), as for new document chunks."""
+        gone = [fact_id for r in results for fact_id in r.superseded]
+        if gone:
+            ctx.hooks.sources_forgotten(ctx, gone)
+        new = tuple(fact_chunk(r.fact) for r in results if r.status in ("added", "updated"))
+        if new:
+            ctx.hooks.documents_added(ctx, AddReport(0, new, 0))
 
     def recall(self, ctx: AssistantContext, query: Query, scope: str | None) -> list[FactHit]:
         """The facts of ``scope`` to recall for ``query`` (threshold and degenerate guard)."""

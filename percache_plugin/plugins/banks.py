@@ -187,7 +187,11 @@ class QABankPlugin:
         k = ctx.config.top_k
         bank = self.bank(ctx)
 
+        scopes = {c.scope for c in report.new_chunks}
+
         def retrieve(question: str, scope: str | None) -> list[str]:
+            if scope not in scopes:  # retrieval never crosses scopes: no new chunk comes back
+                return []
             return [c.id for c in ctx.hooks.retrieve(ctx, ctx.query(question), k, scope)]
 
         for entry_id in bank.mark_stale_for([c.id for c in report.new_chunks], retrieve):

@@ -1,12 +1,14 @@
 """A fact superseded by a newer one (``pc.memory.add`` with the same subject) reaches no prompt
 and no served answer any more: the chat turns that recalled it as text lose it (also in a
-session saved before and loaded by another handle), and the answers built on it are dropped."""
+session saved before and loaded by another handle), and the answers built on it are dropped.
+A new fact that a question now retrieves makes the question's stored answer stale."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import percache_plugin as percache
+from tests.assistant.test_assistant import BEN, GEN, OLD, Q, _pc
 from tests.helpers import baseline, tiny_pair
 from tests.memory.test_forget_text import CONFIG, TEA, TURNS
 
@@ -79,3 +81,23 @@ def test_an_answer_built_on_a_superseded_fact_is_not_served(tmp_path: Path) -> N
     assert after.sources[-1] == new.id and expected.sources[-1] == fresh_fact.id
     assert after.sources[:-1] == expected.sources[:-1] == first.sources[:-1]
     assert after.text == expected.text
+
+
+def test_an_answer_is_not_served_once_a_new_fact_joins_its_questions_prompt(tmp_path: Path) -> None:
+    # ask() puts recalled facts beside the chunks: a fresh store given the fact answers from it
+    moved = "The choir rehearsal moved to Monday at noon."
+    pc = _pc(tmp_path / "old")
+    pc.configure(memory_threshold=0.0)
+    pc.add_documents([OLD, BEN], scope="alice")
+    assert pc.ask(Q, scope="alice", **GEN).source == "generated"
+    pc.memory.add(moved, scope="alice")
+    after = pc.ask(Q, scope="alice", **GEN)
+    pc.close()
+    fresh = _pc(tmp_path / "fresh")
+    fresh.configure(memory_threshold=0.0)
+    fresh.add_documents([OLD, BEN], scope="alice")
+    fresh.memory.add(moved, scope="alice")
+    expected = fresh.ask(Q, scope="alice", **GEN)
+    fresh.close()
+    assert after.source == expected.source == "generated" and after.text == expected.text
+    assert len(after.sources) == len(expected.sources) == 3  # the two chunks and the fact
