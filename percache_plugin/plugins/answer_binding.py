@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["AnswerSetting", "ANSWER_SETTINGS", "BOUND_SETTINGS", "answer_model"]
+__all__ = ["AnswerSetting", "ANSWER_SETTINGS", "BOUND_SETTINGS", "answer_model", "same_settings"]
 
 
 @dataclass(frozen=True)
@@ -131,3 +131,8 @@ def answer_model(fingerprint: str, config: Config, use_template: bool = True) ->
     values = repr([(name, getattr(config, name)) for name in BOUND_SETTINGS] + [use_template])
     digest = hashlib.blake2b(values.encode("utf-8"), digest_size=8).hexdigest()
     return f"{fingerprint}/answer-{digest}"
+
+
+def same_settings(model: str, other: str) -> bool:
+    """Whether two bindings hold the same settings (their fingerprints may differ)."""
+    return model.rpartition("/answer-")[2] == other.rpartition("/answer-")[2]

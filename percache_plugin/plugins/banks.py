@@ -15,7 +15,7 @@ from ..hooks.specs import hookimpl
 from ..kv.store import DB_NAME
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank
-from .answer_binding import answer_model
+from .answer_binding import answer_model, same_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -188,13 +188,18 @@ class QABankPlugin:
         bank = self.bank(ctx)
 
         scopes = {c.scope for c in report.new_chunks}
+        current = bank.model()
 
         def retrieve(question: str, scope: str | None) -> list[str]:
             if scope not in scopes:  # retrieval never crosses scopes: no new chunk comes back
                 return []
             return [c.id for c in ctx.hooks.retrieve(ctx, ctx.query(question), k, scope)]
 
-        for entry_id in bank.mark_stale_for([c.id for c in report.new_chunks], retrieve):
+        def cannot_tell(model: str, scope: str | None) -> bool:
+            # answered under other settings (top_k...): this handle's retrieval is not its own
+            return scope in scopes and not same_settings(model, current)
+
+        for entry_id in bank.mark_stale_for([c.id for c in report.new_chunks], retrieve, cannot_tell):
             entry = bank.get(entry_id)
             if entry is not None:
                 ctx.idle_queue.push("refresh", entry.question, entry.scope)

@@ -65,3 +65,22 @@ def test_a_sampled_answer_is_not_served_to_a_greedy_question(tmp_path: Path) -> 
     assert sampled.text != expected.text  # serving the sample would answer otherwise
     assert after.source == expected.source == "generated" and after.text == expected.text
     assert sampled.source == "generated" and sampled.not_stored.startswith("sampled")
+
+
+def test_a_document_added_by_a_handle_with_other_settings_makes_the_answer_stale(tmp_path: Path) -> None:
+    # the new chunk is not in the adding handle's top-1, but it is in the answer's top-3
+    dan = {"text": "Dan: parking is free on weekends.", "id": "dan"}
+    three, one = _pc(tmp_path / "s"), _pc(tmp_path / "s")
+    one.configure(top_k=1)
+    three.add_documents([OLD, BEN], scope="alice")
+    assert three.ask(Q, scope="alice", **GEN).source == "generated"
+    one.add_documents([dan], scope="alice")
+    after = three.ask(Q, scope="alice", **GEN)
+    three.close()
+    one.close()
+    fresh = _pc(tmp_path / "fresh")
+    fresh.add_documents([OLD, BEN, dan], scope="alice")
+    expected = fresh.ask(Q, scope="alice", **GEN)
+    fresh.close()
+    assert after.source == expected.source == "generated" and len(expected.sources) == 3
+    assert (after.text, after.sources) == (expected.text, expected.sources)
