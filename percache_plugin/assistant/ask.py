@@ -50,7 +50,8 @@ class Answer:
     :ivar not_stored: for a generated answer, why it was not stored in the QA bank (the
         caller's own ``stopping_criteria`` or ``stop_strings`` ended it before the model did:
         a cut answer must not be served later as the answer; it was sampled or beam-searched:
-        the bank serves greedy answers); empty when it was stored.
+        the bank serves greedy answers; a source changed while it was generated); empty when
+        it was stored.
     """
 
     text: str
@@ -89,6 +90,7 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     ordered = _ordered(chunks)
     sources = tuple(c.id for c in ordered)
     generate_kwargs.setdefault("do_sample", False)
+    known = _resolvable(a, ordered)
     if a.config.drafting and "drafts" not in generate_kwargs:
         generate_kwargs["drafts"] = qa_drafts(a, query, scope)
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
@@ -100,12 +102,31 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
                       not_stored=not_stored)
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
         a.hooks.qa_store(a.ctx, query, text, scope, sources, origin)
+        # Another handle or process may have replaced a source meanwhile and deleted the
+        # answers built on it before this one was stored: drop them now (after the store, so
+        # either this check or that deletion sees the answer).
+        gone = [c.id for c in known if c not in _resolvable(a, [c])]
+        if gone:
+            a.hooks.sources_forgotten(a.ctx, gone)
+            return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
+                          not_stored=f"its sources changed while it was generated: {', '.join(gone)}")
         unsupported = hold_back_unsupported(a, query, scope, text, ordered)
         if unsupported and a.config.debug_log:
             log.info("percache answer to %r not served to paraphrases: %s", query.text,
                      "; ".join(unsupported))
     return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                   unsupported=unsupported)
+
+
+def _resolvable(a: Assistant, chunks: Sequence[Chunk]) -> list[Chunk]:
+    """The chunks a plugin still resolves by id to the same text (hook
+    ``percache_resolve_chunks``, asked one id at a time: chunks and facts resolve apart)."""
+    out = []
+    for chunk in chunks:
+        found = a.hooks.resolve_chunks(a.ctx, [chunk.id])
+        if found and len(found) == 1 and found[0].text == chunk.text:
+            out.append(chunk)
+    return out
 
 
 def _not_greedy(a: Assistant, kwargs: dict[str, Any]) -> str:

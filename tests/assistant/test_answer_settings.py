@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import percache_plugin as percache
-from tests.assistant.test_assistant import BEN, GEN, OLD, Q, _pc
+from tests.assistant.test_assistant import BEN, GEN, OLD, Q, _pc, fresh_answer
 
 CHANGES: list[dict[str, Any]] = [
     {"top_k": 1},
@@ -31,11 +31,7 @@ def test_a_setting_of_the_prompt_changed_answers_like_a_fresh_store(tmp_path: Pa
     pc.configure(**{k: getattr(percache.Config(), k) for k in change})
     assert pc.ask(Q, scope="alice", **GEN).source == "qa_bank"  # the first answer, served again
     pc.close()
-    fresh = _pc(tmp_path / "fresh")
-    fresh.configure(**change)
-    fresh.add_documents([OLD, BEN], scope="alice")
-    expected = fresh.ask(Q, scope="alice", **GEN)
-    fresh.close()
+    expected = fresh_answer(tmp_path / "fresh", [OLD, BEN], **change)
     assert after.source == expected.source != "qa_bank"
     assert (after.text, after.sources) == (expected.text, expected.sources)
 
@@ -58,10 +54,7 @@ def test_a_sampled_answer_is_not_served_to_a_greedy_question(tmp_path: Path) -> 
     sampled = pc.ask(Q, scope="alice", do_sample=True, top_k=0, temperature=5.0, **GEN)
     after = pc.ask(Q, scope="alice", **GEN)
     pc.close()
-    fresh = _pc(tmp_path / "fresh")
-    fresh.add_documents([OLD, BEN], scope="alice")
-    expected = fresh.ask(Q, scope="alice", **GEN)
-    fresh.close()
+    expected = fresh_answer(tmp_path / "fresh", [OLD, BEN])
     assert sampled.text != expected.text  # serving the sample would answer otherwise
     assert after.source == expected.source == "generated" and after.text == expected.text
     assert sampled.source == "generated" and sampled.not_stored.startswith("sampled")
@@ -78,9 +71,6 @@ def test_a_document_added_by_a_handle_with_other_settings_makes_the_answer_stale
     after = three.ask(Q, scope="alice", **GEN)
     three.close()
     one.close()
-    fresh = _pc(tmp_path / "fresh")
-    fresh.add_documents([OLD, BEN, dan], scope="alice")
-    expected = fresh.ask(Q, scope="alice", **GEN)
-    fresh.close()
+    expected = fresh_answer(tmp_path / "fresh", [OLD, BEN, dan])
     assert after.source == expected.source == "generated" and len(expected.sources) == 3
     assert (after.text, after.sources) == (expected.text, expected.sources)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
 import percache_plugin as percache
 from tests.helpers import tiny_pair
 
@@ -18,6 +21,17 @@ def _pc(store: Path) -> percache.PerCache:
     model, tok = tiny_pair("llama")
     return percache.enable(model, tok, store=store, embedder="hash", answer_grounding=False,
                            predict="off", kv_warm=False)
+
+
+def fresh_answer(store: Path, docs: list[dict[str, str]], **settings: object) -> percache.Answer:
+    """What a fresh store with ``settings``, given only ``docs``, answers to :data:`Q`."""
+    fresh = _pc(store)
+    if settings:
+        fresh.configure(**settings)
+    fresh.add_documents(docs, scope="alice")
+    answer = fresh.ask(Q, scope="alice", **GEN)
+    fresh.close()
+    return answer
 
 
 def test_a_replaced_document_answers_like_a_fresh_store_given_only_the_new_text(tmp_path: Path) -> None:
@@ -106,10 +120,33 @@ def test_an_answer_on_a_paragraph_passed_to_another_document_is_generated_again(
     after = pc.ask(Q, scope="alice", **GEN)
     pc.close()
     assert set(first.sources) == set(after.sources) and first.sources != after.sources
-    fresh = _pc(tmp_path / "fresh")
-    fresh.configure(chunk_words=5)
-    fresh.add_documents([ana_again, *docs[1:]], scope="alice")
-    expected = fresh.ask(Q, scope="alice", **GEN)
-    fresh.close()
+    expected = fresh_answer(tmp_path / "fresh", [ana_again, *docs[1:]], chunk_words=5)
     assert after.source == expected.source == "generated"
     assert (after.text, after.sources) == (expected.text, expected.sources)
+
+
+class _ReplaceDuringGeneration(LogitsProcessor):
+    """Replaces the document through another handle at the first decoding step."""
+
+    def __init__(self, other: percache.PerCache) -> None:
+        self.other, self.done = other, False
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if not self.done:
+            self.done = True
+            self.other.add_documents([NEW], scope="alice")
+        return scores
+
+
+def test_an_answer_whose_document_was_replaced_while_it_was_generated_is_not_served(tmp_path: Path) -> None:
+    writer, reader = _pc(tmp_path / "s"), _pc(tmp_path / "s")
+    writer.add_documents([OLD, BEN], scope="alice")
+    racing = writer.ask(Q, scope="alice", logits_processor=LogitsProcessorList([_ReplaceDuringGeneration(reader)]),
+                        **GEN)
+    after = reader.ask(Q, scope="alice", **GEN)
+    writer.close()
+    reader.close()
+    expected = fresh_answer(tmp_path / "fresh", [BEN, NEW])
+    assert after.source == expected.source == "generated"
+    assert (after.text, after.sources) == (expected.text, expected.sources)
+    assert racing.source == "generated" and racing.not_stored.startswith("its sources changed")
