@@ -90,7 +90,8 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     ordered = _ordered(chunks)
     sources = tuple(c.id for c in ordered)
     generate_kwargs.setdefault("do_sample", False)
-    known = _resolvable(a, ordered)
+    shared = a.engine.store.path is not None  # other handles or processes may change the documents
+    known = _resolvable(a, ordered) if shared else []
     if a.config.drafting and "drafts" not in generate_kwargs:
         generate_kwargs["drafts"] = qa_drafts(a, query, scope)
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
@@ -102,14 +103,17 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
                       not_stored=not_stored)
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
         a.hooks.qa_store(a.ctx, query, text, scope, sources, origin)
-        # Another handle or process may have replaced a source meanwhile and deleted the
-        # answers built on it before this one was stored: drop them now (after the store, so
-        # either this check or that deletion sees the answer).
+        # On a store on disk another handle or process may have replaced a source meanwhile
+        # and deleted the answers built on it before this one was stored: drop them now (after
+        # the store, so either this check or that deletion sees the answer).
         gone = [c.id for c in known if c not in _resolvable(a, [c])]
         if gone:
             a.hooks.sources_forgotten(a.ctx, gone)
             return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                           not_stored=f"its sources changed while it was generated: {', '.join(gone)}")
+        if shared and _retrieval_moved(a, query, scope, text, sources):
+            return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
+                          not_stored="the question retrieves other sources since: refreshed in idle time")
         unsupported = hold_back_unsupported(a, query, scope, text, ordered)
         if unsupported and a.config.debug_log:
             log.info("percache answer to %r not served to paraphrases: %s", query.text,
@@ -127,6 +131,21 @@ def _resolvable(a: Assistant, chunks: Sequence[Chunk]) -> list[Chunk]:
         if found and len(found) == 1 and found[0].text == chunk.text:
             out.append(chunk)
     return out
+
+
+def _retrieval_moved(a: Assistant, query: Query, scope: str | None, text: str,
+                     sources: tuple[str, ...]) -> bool:
+    """Whether the question retrieves other chunks now than those the answer was generated from
+    (another handle or process added a document meanwhile, after marking the bank's stale
+    answers): then the answer just stored is marked stale and refreshed in idle time."""
+    now = {c.id for c in a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)}
+    if now == set(sources):
+        return False
+    mine = [e.id for e in a.hooks.qa_entries(a.ctx, scope, query.text)
+            if tuple(e.sources) == sources and e.answer == text]
+    a.hooks.qa_mark_stale(a.ctx, mine)
+    a.idle_queue.push("refresh", query.text, scope)
+    return True
 
 
 def _not_greedy(a: Assistant, kwargs: dict[str, Any]) -> str:

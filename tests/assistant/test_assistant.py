@@ -125,23 +125,23 @@ def test_an_answer_on_a_paragraph_passed_to_another_document_is_generated_again(
     assert (after.text, after.sources) == (expected.text, expected.sources)
 
 
-class _ReplaceDuringGeneration(LogitsProcessor):
-    """Replaces the document through another handle at the first decoding step."""
+class _AddDuringGeneration(LogitsProcessor):
+    """Adds ``doc`` (by default: replaces Ana's) through another handle at the first decoding step."""
 
-    def __init__(self, other: percache.PerCache) -> None:
-        self.other, self.done = other, False
+    def __init__(self, other: percache.PerCache, doc: dict[str, str] = NEW) -> None:
+        self.other, self.doc, self.done = other, doc, False
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if not self.done:
             self.done = True
-            self.other.add_documents([NEW], scope="alice")
+            self.other.add_documents([self.doc], scope="alice")
         return scores
 
 
 def test_an_answer_whose_document_was_replaced_while_it_was_generated_is_not_served(tmp_path: Path) -> None:
     writer, reader = _pc(tmp_path / "s"), _pc(tmp_path / "s")
     writer.add_documents([OLD, BEN], scope="alice")
-    racing = writer.ask(Q, scope="alice", logits_processor=LogitsProcessorList([_ReplaceDuringGeneration(reader)]),
+    racing = writer.ask(Q, scope="alice", logits_processor=LogitsProcessorList([_AddDuringGeneration(reader)]),
                         **GEN)
     after = reader.ask(Q, scope="alice", **GEN)
     writer.close()
@@ -150,3 +150,19 @@ def test_an_answer_whose_document_was_replaced_while_it_was_generated_is_not_ser
     assert after.source == expected.source == "generated"
     assert (after.text, after.sources) == (expected.text, expected.sources)
     assert racing.source == "generated" and racing.not_stored.startswith("its sources changed")
+
+
+def test_an_answer_is_not_served_once_a_document_added_while_it_was_generated_joins_its_prompt(
+        tmp_path: Path) -> None:
+    cat = {"id": "cat", "text": "Cat: the choir rehearsal needs a pianist."}
+    writer, reader = _pc(tmp_path / "s"), _pc(tmp_path / "s")
+    writer.add_documents([OLD, BEN], scope="alice")
+    adding = _AddDuringGeneration(reader, cat)
+    racing = writer.ask(Q, scope="alice", logits_processor=LogitsProcessorList([adding]), **GEN)
+    after = reader.ask(Q, scope="alice", **GEN)
+    writer.close()
+    reader.close()
+    expected = fresh_answer(tmp_path / "fresh", [OLD, BEN, cat])
+    assert after.source == expected.source == "generated" and len(expected.sources) == 3
+    assert (after.text, after.sources) == (expected.text, expected.sources)
+    assert len(racing.sources) == 2 and racing.not_stored
