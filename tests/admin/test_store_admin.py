@@ -271,3 +271,13 @@ def test_removing_one_holder_leaves_the_shared_paragraph_to_the_other(tmp_path: 
     with StoreAdmin(tmp_path) as admin:
         assert admin.remove_document("ana").chunks == 1  # its own paragraph; the shared one is Ben's too
     assert _chunk_texts(tmp_path) == sorted(["Ben: the budget review is on Monday.", SHARED])
+
+
+def test_store_list_names_the_holder_a_paragraph_passed_to(tmp_path: Path) -> None:
+    _two_documents_sharing_a_paragraph(tmp_path)
+    pc = _handle(tmp_path)
+    assert len(pc.knowledge) == 3  # loaded: the shared paragraph names Ana, who stored it first
+    pc.add_documents([{"id": "ana", "text": "Ana: the choir meets on Friday at six."}])  # drops it
+    pc.disable()
+    with StoreAdmin(tmp_path) as admin:
+        assert {d.doc_id: d.chunks for d in admin.documents()} == {"ana": 1, "ben": 2}
