@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS kb_chunks (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, doc_id TEXT NOT NULL,
     idx INTEGER NOT NULL, text TEXT NOT NULL, scope TEXT, metadata TEXT NOT NULL, vector BLOB);
 CREATE TABLE IF NOT EXISTS kb_members (
-    chunk_id TEXT NOT NULL, doc_id TEXT NOT NULL, PRIMARY KEY (chunk_id, doc_id));
+    chunk_id TEXT NOT NULL, doc_id TEXT NOT NULL, idx INTEGER, metadata TEXT,
+    PRIMARY KEY (chunk_id, doc_id));
 """)
 _BATCH = 500  # ids per IN (...) query
 
@@ -51,6 +52,10 @@ class ChunkRows:
                         f"embedder {row[0]!r}, not {embedder_name!r}; use the same embedder or a "
                         "new store")
                 self.db.execute("INSERT OR IGNORE INTO kb_meta VALUES ('generation', '0')")
+                # where each holder has the chunk: the row takes it when it passes to that holder
+                if "idx" not in {r[1] for r in self.db.execute("PRAGMA table_info(kb_members)")}:
+                    self.db.execute("ALTER TABLE kb_members ADD COLUMN idx INTEGER")
+                    self.db.execute("ALTER TABLE kb_members ADD COLUMN metadata TEXT")
         except BaseException:
             self.db.close()
             raise
@@ -92,8 +97,12 @@ class ChunkRows:
             self.db.executemany("INSERT OR IGNORE INTO kb_chunks (id, doc_id, idx, text, scope, "
                                 "metadata, vector) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             added = self.db.total_changes - before
+            given = list(given)
             relabelled = {c.id for c in given if self._relabel(c)}
-            self.db.executemany("INSERT OR IGNORE INTO kb_members VALUES (?, ?)", list(members))
+            self.db.executemany("INSERT OR IGNORE INTO kb_members (chunk_id, doc_id) VALUES (?, ?)",
+                                list(members))
+            self.db.executemany("UPDATE kb_members SET idx = ?, metadata = ? WHERE chunk_id = ? AND doc_id = ?",
+                                [(c.index, json.dumps(dict(c.metadata)), c.id, c.doc_id) for c in given])
             self.db.executemany("DELETE FROM kb_members WHERE chunk_id = ? AND doc_id = ?", dropped)
             released = {cid: self._release(cid, doc_id) for cid, doc_id in dropped}
             gone = sorted(cid for cid, fate in released.items() if fate == "gone")
@@ -118,11 +127,13 @@ class ChunkRows:
         if self.db.execute("SELECT 1 FROM kb_chunks WHERE id = ? AND doc_id = ?",
                            (chunk_id, doc_id)).fetchone() is None:
             return ""
-        heir = self.db.execute("SELECT doc_id FROM kb_members WHERE chunk_id = ? LIMIT 1",
+        heir = self.db.execute("SELECT doc_id, idx, metadata FROM kb_members WHERE chunk_id = ? LIMIT 1",
                                (chunk_id,)).fetchone()
         if heir is None:
             return "gone"
-        self.db.execute("UPDATE kb_chunks SET doc_id = ? WHERE id = ?", (heir[0], chunk_id))
+        # the holder's own position and metadata (unknown for memberships recorded before them)
+        self.db.execute("UPDATE kb_chunks SET doc_id = ?, idx = COALESCE(?, idx), "
+                        "metadata = COALESCE(?, metadata) WHERE id = ?", (*heir, chunk_id))
         return "passed"
 
     def relabelled(self, held: Iterable[Chunk]) -> list[Chunk]:

@@ -3,6 +3,7 @@ bank on the store: a document given again with new metadata, a paragraph passed 
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from percache_plugin.rag.knowledge import KnowledgeBank
@@ -49,3 +50,34 @@ def test_a_paragraph_passed_on_names_its_new_holder_in_every_bank(tmp_path: Path
     reopened = _bank(tmp_path / "kb", chunk_words=5)
     assert _labels(reopened, SHARED)[0] == "ben"
     reopened.close()
+
+
+def test_a_paragraph_passed_on_takes_its_new_holders_position_and_metadata(tmp_path: Path) -> None:
+    ana = {"text": f"{SHARED} Ana's note.", "id": "ana", "metadata": {"from": "ana"}}
+    ben = {"text": f"Ben's note. {SHARED}", "id": "ben", "metadata": {"from": "ben"}}
+    ana_again = {"text": "Ana's note.", "id": "ana", "metadata": {"from": "ana"}}
+    bank = _bank(tmp_path / "kb", chunk_words=5)
+    bank.add_documents([ana, ben])
+    assert _labels(bank, SHARED) == ("ana", 0, {"from": "ana"})
+    bank.add_documents([ana_again])
+    fresh = _bank(None, chunk_words=5)
+    fresh.add_documents([ben, ana_again])
+    assert _labels(bank, SHARED) == _labels(fresh, SHARED) == ("ben", 1, {"from": "ben"})
+    bank.close()
+    fresh.close()
+
+
+def test_a_bank_written_before_members_had_positions_opens_and_passes_paragraphs_on(tmp_path: Path) -> None:
+    bank = _bank(tmp_path / "kb", chunk_words=5)
+    bank.add_documents([{"text": f"Ana's note. {SHARED}", "id": "ana"},
+                        {"text": f"Ben's note. {SHARED}", "id": "ben"}])
+    bank.close()
+    db = sqlite3.connect(tmp_path / "kb" / "knowledge.sqlite3")
+    db.execute("ALTER TABLE kb_members DROP COLUMN metadata")
+    db.execute("ALTER TABLE kb_members DROP COLUMN idx")
+    db.commit()
+    db.close()
+    bank = _bank(tmp_path / "kb", chunk_words=5)
+    bank.add_documents([{"text": "Ana's note.", "id": "ana"}])
+    assert _labels(bank, SHARED) == ("ben", 1, {})  # the position the row had
+    bank.close()
