@@ -29,13 +29,16 @@ def groups_kept(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     heads, several query tokens, a mask, on the CPU, nothing that transformers' function
     handles specially (position bias, a paged cache, softcap, attention weights)."""
     groups = getattr(module, "num_key_value_groups", 1)
+    if not (isinstance(groups, int) and groups > 1 and attention_mask is not None):
+        return False
+    # Each read of a tensor's shape or device is a Python call inside drafted decoding's routing
+    # mode (decode/packed.py), once per layer: each is read once.
+    qs, ks = query.shape, key.shape
     return (
-        isinstance(groups, int) and groups > 1
+        qs[2] > 1
+        and ks[1] * groups == qs[1]
         and query.device.type == "cpu"
-        and query.shape[2] > 1
-        and attention_mask is not None
-        and key.shape[1] * groups == query.shape[1]
-        and key.shape[-1] == value.shape[-1]
+        and ks[-1] == value.shape[-1]
         and not any(kwargs.get(k) is not None for k in ("position_bias", "cache", "softcap"))
         and not kwargs.get("output_attentions", False)
     )

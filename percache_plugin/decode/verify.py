@@ -109,11 +109,13 @@ class DraftCounts:
 
 
 def _near_tie(scores: torch.Tensor) -> bool:
-    """Whether the top two of one row of scores are within :data:`NEAR_TIE` of each other."""
-    if scores.shape[-1] < 2:
-        return False
-    top = torch.topk(scores[0].float(), 2).values
-    return bool(torch.isfinite(top[1])) and float(top[0] - top[1]) < NEAR_TIE
+    """Whether the top two of one row of scores are within :data:`NEAR_TIE` of each other: a
+    second score above the finite maximum minus :data:`NEAR_TIE` (a max and a compare over the
+    vocabulary, about a third of ``topk(2)``'s time; it runs for every token judged in a verify
+    forward)."""
+    row = scores[0].float()
+    top = row.max() if row.shape[-1] >= 2 else None
+    return top is not None and bool(torch.isfinite(top)) and int((row > top - NEAR_TIE).sum()) > 1
 
 
 class DraftedDecoding:

@@ -247,6 +247,34 @@ def test_near_ties_in_verify_forwards_are_counted() -> None:
     assert counts[True] == loop.counts.new_tokens - 1 if loop.counts.forwards == 1 else counts[True] > 0
 
 
+@pytest.mark.parametrize("case", ["gap_below", "gap_above", "exact_tie", "runner_up_minus_inf", "top_plus_inf",
+                                  "all_minus_inf", "one_score", "random"])
+def test_the_near_tie_check_is_the_top_two_gap(case: str) -> None:
+    """The check (a max and a compare, no topk) says what the gap of the top two scores says:
+    below NEAR_TIE with a finite runner-up, infinities never a tie."""
+    from percache_plugin.decode.verify import NEAR_TIE, _near_tie
+
+    row = torch.randn(1, 40, generator=torch.Generator().manual_seed(3))
+    top = float(row.max())
+    runner = {"gap_below": top - NEAR_TIE / 2, "gap_above": top - 2 * NEAR_TIE, "exact_tie": top,
+              "runner_up_minus_inf": None, "top_plus_inf": top}.get(case)
+    if runner is not None:
+        row[0, int(row.argmin())] = runner
+    if case == "runner_up_minus_inf":
+        row[:] = float("-inf")
+        row[0, 5] = 1.0
+    if case == "top_plus_inf":
+        row[0, 7] = float("inf")
+    if case == "all_minus_inf":
+        row[:] = float("-inf")
+    if case == "one_score":
+        row = row[:, :1]
+    two = torch.topk(row[0], min(2, row.shape[1])).values
+    expected = row.shape[1] > 1 and bool(torch.isfinite(two[1])) and float(two[0] - two[1]) < NEAR_TIE
+    assert _near_tie(row) == expected
+    assert expected == (case in ("gap_below", "exact_tie"))
+
+
 def test_a_stop_inside_a_draft_is_not_counted_as_its_rejection() -> None:
     """eos chosen in the middle of a correct draft: the tokens after it were fed but never
     judged, so the draft's kind keeps a clean record (it used to count one rejection)."""
