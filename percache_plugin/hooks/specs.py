@@ -479,10 +479,12 @@ def percache_qa_store(
 
 @hookspec
 def percache_documents_added(ctx: AssistantContext, report: AddReport) -> None:
-    """New documents were indexed. Every implementation is called.
+    """New documents were indexed, or memory facts added or updated (the memory plugin passes
+    them as chunks: ``ask()`` retrieves facts beside chunks). Every implementation is called.
 
-    The default marks stale every QA entry whose question now retrieves a new chunk and
-    queues its refresh for idle time.
+    The default marks stale every QA entry whose question now retrieves a new chunk, and every
+    entry of the new chunks' scopes answered under other retrieval settings (its retrieval
+    cannot be reproduced here), and queues their refresh for idle time.
 
     :param ctx: the assistant context.
     :param report: what was added (``report.new_chunks``).
