@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from ..core.query import Query
 from ..hooks.specs import hookimpl
 from ..kv.store import DB_NAME
 from ..rag.knowledge import KnowledgeBank
@@ -18,9 +21,6 @@ from ..rag.qa_bank import QABank
 from .answer_binding import answer_model, same_settings
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from ..core.query import Query
     from ..hooks.contexts import AssistantContext
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
@@ -190,10 +190,12 @@ class QABankPlugin:
         scopes = {c.scope for c in report.new_chunks}
         current = bank.model()
 
-        def retrieve(question: str, scope: str | None) -> list[str]:
+        def retrieve(question: str, scope: str | None, vector: np.ndarray | None) -> list[str]:
             if scope not in scopes:  # retrieval never crosses scopes: no new chunk comes back
                 return []
-            return [c.id for c in ctx.hooks.retrieve(ctx, ctx.query(question), k, scope)]
+            # the question's stored embedding: a bank of questions is not embedded again
+            query = ctx.query(question) if vector is None else Query(question, lambda _: vector[None])
+            return [c.id for c in ctx.hooks.retrieve(ctx, query, k, scope)]
 
         def cannot_tell(model: str, scope: str | None) -> bool:
             # answered under other settings (top_k...): this handle's retrieval is not its own

@@ -228,9 +228,9 @@ class QARows(Database):
                 out.append(entry)
         return out
 
-    def fresh(self) -> list[tuple[int, str, str | None, str]]:
+    def fresh(self) -> list[tuple[int, str, str | None, str, bytes]]:
         return self.db.execute(
-            "SELECT id, question, scope, model FROM qa_entries WHERE stale = 0 ORDER BY id"
+            "SELECT id, question, scope, model, vector FROM qa_entries WHERE stale = 0 ORDER BY id"
         ).fetchall()
 
     def victims(self, total: int, limit: int | None, protect: int | None) -> list[int]:

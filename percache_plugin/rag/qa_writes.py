@@ -267,16 +267,18 @@ class QABankBase:
     def mark_stale_for(
         self,
         new_chunk_ids: Iterable[str],
-        retrieve: Callable[[str, str | None], Sequence[str]],
+        retrieve: Callable[[str, str | None, np.ndarray | None], Sequence[str]],
         cannot_tell: Callable[[str, str | None], bool] | None = None,
     ) -> list[int]:
         """Mark stale every fresh entry whose question now retrieves one of the new chunks.
 
-        ``retrieve(question, scope)`` must return the chunk ids of the question's top-k as
-        the knowledge bank retrieves them now (new chunks included). It is called once per
-        fresh entry, outside the bank's lock. ``cannot_tell(model, scope)``: True for an
-        entry whose retrieval ``retrieve`` does not reproduce (answered under other retrieval
-        settings, ``model``); it is marked stale without retrieval. Returns the ids marked stale.
+        ``retrieve(question, scope, vector)`` must return the chunk ids of the question's top-k
+        as the knowledge bank retrieves them now (new chunks included); ``vector`` is the
+        question's stored embedding (None when unreadable), so questions need not be embedded
+        again. It is called once per fresh entry, outside the bank's lock. ``cannot_tell(model,
+        scope)``: True for an entry whose retrieval ``retrieve`` does not reproduce (answered
+        under other retrieval settings, ``model``); it is marked stale without retrieval.
+        Returns the ids marked stale.
         """
         new = set(check_ids(new_chunk_ids, "new_chunk_ids"))
         if not new:
@@ -284,8 +286,15 @@ class QABankBase:
         with self._lock:
             self._sync()
             fresh = self._rows.fresh()
-        hit = [entry_id for entry_id, q, scope, model in fresh
-               if (cannot_tell is not None and cannot_tell(model, scope)) or new.intersection(retrieve(q, scope))]
+        dim = self._rows.dim
+        hit = []
+        for entry_id, q, scope, model, blob in fresh:
+            if cannot_tell is not None and cannot_tell(model, scope):
+                hit.append(entry_id)
+                continue
+            vector = np.frombuffer(blob, dtype=np.float32) if isinstance(blob, bytes) else None
+            if new.intersection(retrieve(q, scope, vector if vector is not None and vector.size == dim else None)):
+                hit.append(entry_id)
         return self.mark_stale(hit)
 
     def mark_stale(self, entry_ids: Iterable[int]) -> list[int]:

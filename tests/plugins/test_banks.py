@@ -15,6 +15,7 @@ from percache_plugin.rag.chunking import Chunk
 from percache_plugin.rag.knowledge import AddReport
 from percache_plugin.rag.qa_types import LookupResult, QAEntry
 from tests.helpers import tiny_pair
+from tests.rag.test_qa_bank import CountingEmbedder
 
 GEN = {"max_new_tokens": 3}
 
@@ -226,4 +227,19 @@ def test_chunks_no_plugin_knows_are_embedded_for_relevance_and_counted() -> None
     vectors = pc.assistant.embedder.embed([c.text for c in ext.chunks])
     query = pc.assistant.query("When does the tram pass renew?").embedding
     assert answer.relevance == pytest.approx(float((vectors @ query).max()), abs=1e-5)
+    pc.close()
+
+
+def test_new_documents_check_stored_questions_without_embedding_them_again() -> None:
+    embedder = CountingEmbedder(64)
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder=embedder, predict="off", answer_grounding=False, kv_warm=False)
+    pc.add_documents([{"id": "ana", "text": "Ana: the choir rehearsal moved to Friday."}], scope="a")
+    questions = ["When is the choir rehearsal?", "Who moved the rehearsal?"]
+    for q in questions:
+        pc.ask(q, scope="a", **GEN)
+    embedder.seen.clear()
+    pc.add_documents([{"id": "ben", "text": "Ben: the choir rehearsal needs a pianist."}], scope="a")
+    assert not set(questions) & set(embedder.seen)  # only the new chunk was embedded
+    assert len(pc.qa_bank.entries(scope="a", stale=True)) == 2  # both questions retrieve it now
     pc.close()

@@ -130,8 +130,10 @@ def test_mark_stale_for_new_chunks(bank: QABank) -> None:
     b = bank.add(Q2, "Ana.", scope="bob", sources=["c2"])
     calls: list[tuple[str, str | None]] = []
 
-    def retrieve(question: str, scope: str | None) -> list[str]:
+    def retrieve(question: str, scope: str | None, vector: np.ndarray | None) -> list[str]:
         calls.append((question, scope))
+        own = HashEmbedder(512).embed([question])[0]  # the stored vector: the question's, unit length
+        assert vector is not None and float(vector @ own) == pytest.approx(float(np.linalg.norm(own)), rel=1e-5)
         return ["new-1", "c1"] if question == Q1 else ["c2", "c9"]
 
     assert bank.mark_stale_for(["new-1", "new-2"], retrieve) == [a.id]
@@ -217,7 +219,7 @@ def test_persistence_reopens_without_re_embedding(tmp_path: Path) -> None:
         b = bank.add(Q2, "Ana.")
         bank.add(Q3, None)
         bank.lookup(Q1, tau=0.9, scope="alice")
-        bank.mark_stale_for(["c2"], lambda q, s: ["c2"] if q == Q2 else [])
+        bank.mark_stale_for(["c2"], lambda q, s, v: ["c2"] if q == Q2 else [])
     assert first.seen == [Q1, Q2, Q3, Q1]
     again = CountingEmbedder()
     with QABank(db, again) as bank:
