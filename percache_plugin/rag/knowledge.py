@@ -168,7 +168,8 @@ class KnowledgeBank:
             filled = [v for v in vectors if v is not None]
             assert len(filled) == len(rows)
             self._index.add([c for c, _ in rows], np.stack(filled))
-        self._index.relabel(self._rows.relabelled(self._index.chunks()))  # passed on, given again
+        index = self._index  # chunks passed on or given again since this bank last looked
+        index.relabel(self._rows.relabelled(lambda i: index.chunk(i) if i in index else None, self._generation))
         self._generation = generation
         self.repairs["rows_repaired"] = self._rows.repaired
 

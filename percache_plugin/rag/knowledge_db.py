@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,8 @@ KB_SCHEMA = Schema("knowledge", 1, """
 CREATE TABLE IF NOT EXISTS kb_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS kb_chunks (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, doc_id TEXT NOT NULL,
-    idx INTEGER NOT NULL, text TEXT NOT NULL, scope TEXT, metadata TEXT NOT NULL, vector BLOB);
+    idx INTEGER NOT NULL, text TEXT NOT NULL, scope TEXT, metadata TEXT NOT NULL, vector BLOB,
+    relabelled INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS kb_members (
     chunk_id TEXT NOT NULL, doc_id TEXT NOT NULL, idx INTEGER, metadata TEXT,
     PRIMARY KEY (chunk_id, doc_id));
@@ -56,6 +57,9 @@ class ChunkRows:
                 if "idx" not in {r[1] for r in self.db.execute("PRAGMA table_info(kb_members)")}:
                     self.db.execute("ALTER TABLE kb_members ADD COLUMN idx INTEGER")
                     self.db.execute("ALTER TABLE kb_members ADD COLUMN metadata TEXT")
+                # the generation that last changed a row's holder, position or metadata
+                if "relabelled" not in {r[1] for r in self.db.execute("PRAGMA table_info(kb_chunks)")}:
+                    self.db.execute("ALTER TABLE kb_chunks ADD COLUMN relabelled INTEGER NOT NULL DEFAULT 0")
         except BaseException:
             self.db.close()
             raise
@@ -108,6 +112,9 @@ class ChunkRows:
             gone = sorted(cid for cid, fate in released.items() if fate == "gone")
             relabelled |= {cid for cid, fate in released.items() if fate == "passed"}
             self.db.executemany("DELETE FROM kb_chunks WHERE id = ?", [(i,) for i in gone])
+            if relabelled:  # other banks read these rows' labels again (:meth:`relabelled`)
+                self.db.executemany("UPDATE kb_chunks SET relabelled = ? WHERE id = ?",
+                                    [(self.generation() + 1, i) for i in relabelled])
             if added or gone or relabelled:
                 self._bump()
         return added + len(gone) + len(relabelled), gone, sorted(relabelled)
@@ -136,17 +143,18 @@ class ChunkRows:
                         "metadata = COALESCE(?, metadata) WHERE id = ?", (*heir, chunk_id))
         return "passed"
 
-    def relabelled(self, held: Iterable[Chunk]) -> list[Chunk]:
-        """The ``held`` chunks (an index's) whose row names another document, position or
-        metadata, as the row has them now."""
-        rows = {cid: (doc_id, int(idx), meta) for cid, doc_id, idx, meta in
-                self.db.execute("SELECT id, doc_id, idx, metadata FROM kb_chunks")}
+    def relabelled(self, held: Callable[[str], Chunk | None], since: int) -> list[Chunk]:
+        """The chunks an index holds (``held(id)``) whose row names another document,
+        position or metadata since generation ``since`` (-1: any row), as the row has them now."""
         out = []
-        for c in held:
-            doc_id, idx, meta = rows.get(c.id, (c.doc_id, c.index, None))
-            metadata = dict(c.metadata) if meta is None else _decoded(meta) or {}
+        for cid, doc_id, idx, meta in self.db.execute(
+                "SELECT id, doc_id, idx, metadata FROM kb_chunks WHERE relabelled > ?", (since,)):
+            c = held(cid)
+            if c is None:
+                continue
+            metadata = _decoded(meta) or {}
             if (doc_id, idx, metadata) != (c.doc_id, c.index, dict(c.metadata)):
-                out.append(Chunk(c.id, doc_id, idx, c.text, c.scope, metadata))
+                out.append(Chunk(c.id, doc_id, int(idx), c.text, c.scope, metadata))
         return out
 
     def document_chunks(self, doc_id: str, scope: str | None) -> set[str]:

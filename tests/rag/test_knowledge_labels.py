@@ -67,7 +67,7 @@ def test_a_paragraph_passed_on_takes_its_new_holders_position_and_metadata(tmp_p
     fresh.close()
 
 
-def test_a_bank_written_before_members_had_positions_opens_and_passes_paragraphs_on(tmp_path: Path) -> None:
+def test_a_bank_written_before_labels_were_tracked_opens_and_passes_paragraphs_on(tmp_path: Path) -> None:
     bank = _bank(tmp_path / "kb", chunk_words=5)
     bank.add_documents([{"text": f"Ana's note. {SHARED}", "id": "ana"},
                         {"text": f"Ben's note. {SHARED}", "id": "ben"}])
@@ -75,6 +75,7 @@ def test_a_bank_written_before_members_had_positions_opens_and_passes_paragraphs
     db = sqlite3.connect(tmp_path / "kb" / "knowledge.sqlite3")
     db.execute("ALTER TABLE kb_members DROP COLUMN metadata")
     db.execute("ALTER TABLE kb_members DROP COLUMN idx")
+    db.execute("ALTER TABLE kb_chunks DROP COLUMN relabelled")
     db.commit()
     db.close()
     bank = _bank(tmp_path / "kb", chunk_words=5)
