@@ -18,7 +18,7 @@ import os
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +75,9 @@ class KnowledgeBank:
     :param chunk_words: target chunk size in words.
     :param snapshot_every: save an index snapshot after this many unsaved chunk changes (and
         on :meth:`close`); 1 saves after every change.
+    :ivar before_remove: called with the chunk ids :meth:`remove_document` or :meth:`remove_chunks`
+        is about to delete, first (a handle's bank deletes the answers and K/V built on them, so
+        a crash midway leaves less cache, never an answer without its source).
     """
 
     def __init__(self, directory: Path | None, embedder: Embedder, *, chunk_words: int = 100,
@@ -84,6 +87,7 @@ class KnowledgeBank:
         self.chunk_words = chunk_words
         self.snapshot_every = snapshot_every
         self.repairs: Counter[str] = Counter()
+        self.before_remove: Callable[[frozenset[str]], object] = lambda ids: None
         self._lock = threading.RLock()
         self._unsaved = 0
         self._generation = -1
@@ -303,6 +307,7 @@ class KnowledgeBank:
             held = self._rows.document_chunks(doc_id, scope)
             if not held:
                 return ()
+            self.before_remove(frozenset(held))  # those passed to another holder move: theirs too
             changed, gone, _ = self._rows.insert([], np.zeros((0, self.embedder.dim), np.float32),
                                               dropped={(cid, doc_id) for cid in held})
             if changed:
@@ -324,8 +329,10 @@ class KnowledgeBank:
 
     def remove_chunks(self, chunk_ids: Iterable[str]) -> int:
         """Remove chunks (unknown ids are ignored); returns how many."""
+        ids = frozenset(chunk_ids)
         with self._lock:
-            removed = self._rows.delete(chunk_ids)
+            self.before_remove(ids)
+            removed = self._rows.delete(ids)
             self._sync()
             self._unsaved += removed
             self._save()
