@@ -13,6 +13,7 @@ import numpy as np
 from ..best_effort import best_effort
 from ..decode.sources import QA_BANK, DraftHints
 from ..rag.embeddings import DEFAULT_MODEL_NAME
+from ..rag.qa_length import AnswerTokens, served_ids
 from ..segments import Segment
 from ..stats import GenerationStats
 from .grounded import hold_back_unsupported
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from .assistant import Assistant
 
-__all__ = ["QA_DRAFT_SIMILARITY", "qa_drafts", "AUTO_RELEVANCE", "Answer", "ask", "best_relevance", "generate_answer", "no_documents_text",
-           "relevant", "segments_for"]
+__all__ = ["QA_DRAFT_SIMILARITY", "qa_drafts", "AUTO_RELEVANCE", "DEFAULT_MAX_NEW_TOKENS", "Answer", "ask", "best_relevance", "generate_answer", "no_documents_text",
+           "relevant", "request_cap", "segments_for"]
 
 
 @dataclass
@@ -48,10 +49,12 @@ class Answer:
     :ivar unsupported: for a generated answer, why it is not served to paraphrases: facts
         its sources do not support (``Config.answer_grounding``); empty when it is served.
     :ivar not_stored: for a generated answer, why it was not stored in the QA bank (the
-        caller's own ``stopping_criteria`` or ``stop_strings`` ended it before the model did:
-        a cut answer must not be served later as the answer; it was sampled or beam-searched:
-        the bank serves greedy answers; a source changed while it was generated); empty when
-        it was stored.
+        caller's own ``stopping_criteria`` or ``stop_strings``, or anything else than an
+        end-of-sequence token or ``max_new_tokens``, ended it: a cut answer must not be served
+        later as the answer; it was sampled or beam-searched: the bank serves greedy answers; a
+        source changed while it was generated); empty when it was stored. An answer that ended
+        on ``max_new_tokens`` is stored with its tokens and served only to requests with a cap
+        no larger (``rag/qa_length.py``).
     """
 
     text: str
@@ -97,12 +100,12 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
     text = gen.text.strip()
     unsupported: tuple[str, ...] = ()
-    not_stored = _not_greedy(a, generate_kwargs) or _cut_by_caller(a, gen.token_ids, generate_kwargs)
-    if not_stored:
+    ending = _not_greedy(a, generate_kwargs) or _ending(a, gen.token_ids, generate_kwargs)
+    if isinstance(ending, str):
         return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
-                      not_stored=not_stored)
+                      not_stored=ending)
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
-        a.hooks.qa_store(a.ctx, query, text, scope, sources, origin)
+        a.hooks.qa_store(a.ctx, query, text, scope, sources, origin, ending)
         # On a store on disk another handle or process may have replaced a source meanwhile
         # and deleted the answers built on it before this one was stored: drop them now (after
         # the store, so either this check or that deletion sees the answer).
@@ -158,18 +161,29 @@ def _not_greedy(a: Assistant, kwargs: dict[str, Any]) -> str:
     return ""
 
 
-def _cut_by_caller(a: Assistant, new: Sequence[int], kwargs: dict[str, Any]) -> str:
-    """Why the answer is not the model's whole answer, or "": the caller's own stopping
-    criteria or stop strings ended it before an end-of-sequence token and ``max_new_tokens``."""
-    if not (kwargs.get("stopping_criteria") or kwargs.get("stop_strings")):
-        return ""
-    config = a.engine.model.generation_config
-    eos = kwargs.get("eos_token_id", config.eos_token_id)
+DEFAULT_MAX_NEW_TOKENS = 64
+"""The length cap of a request that names none (``Engine.generate``'s default)."""
+
+
+def request_cap(kwargs: dict[str, Any]) -> int:
+    """The request's ``max_new_tokens``: which stored answers it may be served (qa_length)."""
+    return int(kwargs.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+
+
+def _ending(a: Assistant, new: Sequence[int], kwargs: dict[str, Any]) -> AnswerTokens | str:
+    """The answer's tokens and whether an end-of-sequence token or ``max_new_tokens`` ended
+    it, or why it is not stored: something else did (the caller's own stopping criteria or stop
+    strings), so it is not the model's whole answer to any length cap."""
+    eos = kwargs.get("eos_token_id", a.engine.model.generation_config.eos_token_id)
     eos_ids = {eos} if isinstance(eos, int) else set(eos or ())
-    limit = kwargs.get("max_new_tokens", config.max_new_tokens)
-    if (new and new[-1] in eos_ids) or (limit is not None and len(new) >= int(limit)):
-        return ""
-    return "cut by the caller's stopping criteria"
+    ids = tuple(int(i) for i in new)
+    if ids and ids[-1] in eos_ids:
+        return AnswerTokens(ids, "eos")
+    if len(ids) >= request_cap(kwargs):
+        return AnswerTokens(ids, "cap")
+    if kwargs.get("stopping_criteria") or kwargs.get("stop_strings"):
+        return "cut by the caller's stopping criteria"
+    return "ended before max_new_tokens without an end-of-sequence token"
 
 
 QA_DRAFT_SIMILARITY = 0.4
@@ -235,9 +249,14 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
     embedded at most once (``query.embedding``)."""
     t0 = time.perf_counter()
     chunks = a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)
-    result = a.hooks.qa_lookup(a.ctx, query, scope, [c.id for c in chunks])
+    cap = request_cap(generate_kwargs)
+    result = a.hooks.qa_lookup(a.ctx, query, scope, [c.id for c in chunks], cap)
     if result is not None and result.match is not None:
         entry = result.match.entry
+        # An answer longer than the cap: its first tokens, what greedy decoding gives (qa_length)
+        ids = served_ids(entry.tokens, cap)
+        text = (entry.answer or "") if ids is None else str(
+            a.engine.tokenizer.decode(list(ids), skip_special_tokens=True)).strip()
         # Serve the stored answer now; compute this question's own answer in idle time.
         if entry.question.strip().lower() != query.text.strip().lower():
             with best_effort("queueing the answer for idle time", a.engine.stats()):
@@ -245,7 +264,7 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
         if a.config.debug_log:
             log.info("percache QA hit: %r served the answer of %r (similarity %.3f, entry #%d)",
                      query.text, entry.question, result.match.similarity, entry.id)
-        return Answer(entry.answer or "", "qa_bank", entry.sources, entry.question,
+        return Answer(text, "qa_bank", entry.sources, entry.question,
                       result.match.similarity, latency_s=time.perf_counter() - t0)
     relevance, embedded = best_relevance(a, query, chunks)
     if not relevant(a, chunks, relevance):

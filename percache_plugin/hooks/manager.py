@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
+    from ..rag.qa_length import AnswerTokens
     from ..rag.qa_types import AllScopes, QAEntry
     from ..segments import Prompt, PromptPiece, Segment
     from ..session.state import Session, Turn
@@ -192,9 +193,9 @@ class Hooks:
         return list(self._hook.percache_list_chunks(ctx=ctx, scope=scope) or [])
 
     def qa_lookup(self, ctx: AssistantContext, query: Query, scope: str | None,
-                  retrieved: Sequence[str]) -> LookupResult | None:
+                  retrieved: Sequence[str], max_new_tokens: int | None = None) -> LookupResult | None:
         return self._hook.percache_qa_lookup(
-            ctx=ctx, query=query, scope=scope, retrieved=retrieved)
+            ctx=ctx, query=query, scope=scope, retrieved=retrieved, max_new_tokens=max_new_tokens)
 
     def qa_entries(self, ctx: AssistantContext, scope: str | None | AllScopes,
                    question: str | None = None) -> list[QAEntry]:
@@ -228,9 +229,10 @@ class Hooks:
         self._hook.percache_configured(ctx=ctx, changed=frozenset(changed))
 
     def qa_store(self, ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,
-                 sources: Sequence[str], origin: str = "user") -> None:
+                 sources: Sequence[str], origin: str = "user",
+                 tokens: AnswerTokens | None = None) -> None:
         self._hook.percache_qa_store(ctx=ctx, query=query, answer=answer, scope=scope,
-                                     sources=sources, origin=origin)
+                                     sources=sources, origin=origin, tokens=tokens)
 
     def documents_added(self, ctx: AssistantContext, report: AddReport) -> None:
         self._hook.percache_documents_added(ctx=ctx, report=report)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
+    from ..rag.qa_length import AnswerTokens
     from ..rag.qa_types import AllScopes, QAEntry
     from ..segments import Prompt, PromptPiece, Segment
     from ..session.state import Session, Turn
@@ -346,7 +347,8 @@ def percache_list_chunks(ctx: AssistantContext, scope: str | None) -> list[str] 
 
 @hookspec(firstresult=True)
 def percache_qa_lookup(
-    ctx: AssistantContext, query: Query, scope: str | None, retrieved: Sequence[str]
+    ctx: AssistantContext, query: Query, scope: str | None, retrieved: Sequence[str],
+    max_new_tokens: int | None,
 ) -> LookupResult | None:
     """Look for a stored answer to serve instead of generating. firstresult.
 
@@ -357,6 +359,9 @@ def percache_qa_lookup(
     :param query: the user's question.
     :param scope: the question's scope; only entries of the same scope may answer it.
     :param retrieved: ids of the chunks retrieved for ``query``.
+    :param max_new_tokens: the request's length cap: serve only an answer greedy decoding
+        with it gives, or its first ``max_new_tokens`` tokens (the default's ``length`` guard;
+        ask() then serves those tokens).
     :return: the lookup result (its ``match`` is served when not None), or None to defer.
     """
 
@@ -464,7 +469,7 @@ def percache_configured(ctx: AssistantContext, changed: frozenset[str]) -> None:
 @hookspec
 def percache_qa_store(
     ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,
-    sources: Sequence[str], origin: str,
+    sources: Sequence[str], origin: str, tokens: AnswerTokens | None,
 ) -> None:
     """A question was answered (or prefilled); remember it. Every implementation is called.
 
@@ -474,6 +479,9 @@ def percache_qa_store(
     :param scope: the question's scope.
     :param sources: ids of the chunks the answer was generated from.
     :param origin: ``"user"`` (asked by the user) or ``"predicted"`` (idle-time population).
+    :param tokens: the ids the answer was generated as and whether it ended on an
+        end-of-sequence token or on its ``max_new_tokens``; None for a prefill-only question
+        or an answer not generated (served whole to any cap, as a correction is).
     """
 
 

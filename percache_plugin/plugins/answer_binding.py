@@ -96,8 +96,10 @@ ANSWER_SETTINGS: tuple[AnswerSetting, ...] = (
     AnswerSetting("abstract_batch_chunks", _N, _IDLE),
     AnswerSetting("abstract_max_words", _N, _IDLE),
     AnswerSetting("prompt_dir", _N, _IDLE + " (abstract and prediction templates)"),
-    AnswerSetting("background_max_new_tokens", _N, "a length cap of idle-time generation, like "
-                                                   "a caller's max_new_tokens (not bound either)"),
+    AnswerSetting("background_max_new_tokens", _N, "a length cap of idle-time generation: an "
+                                                   "answer records its length and how it ended, "
+                                                   "and the length guard serves it only to caps "
+                                                   "it fits (rag/qa_length.py)"),
     AnswerSetting("debug_log", _N, "logging only"),
     AnswerSetting("session_kv_tokens", _N, _CHAT),
     AnswerSetting("session_eviction", _N, _CHAT),

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..rag.chunking import Chunk
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
+    from ..rag.qa_length import AnswerTokens
     from ..rag.qa_types import AllScopes, QAEntry
 
 __all__ = ["answer_model", "KnowledgeRetrieval", "QABankPlugin", "KNOWLEDGE_PLUGIN", "QA_BANK_PLUGIN"]
@@ -126,7 +127,7 @@ class QABankPlugin:
 
     @hookimpl(trylast=True)
     def percache_qa_lookup(self, ctx: AssistantContext, query: Query, scope: str | None,
-                           retrieved: Sequence[str]) -> LookupResult | None:
+                           retrieved: Sequence[str], max_new_tokens: int | None) -> LookupResult | None:
         if not ctx.config.use_qa_bank:
             return None
         overlap = ctx.config.consistency_min_overlap
@@ -135,7 +136,7 @@ class QABankPlugin:
             retrieved=None if overlap is None else list(retrieved),
             min_overlap=overlap if overlap is not None else 0.0,
             meaning=ctx.config.meaning_guards, embedding=query.embedding,
-            audit=ctx.config.audit_meaning_guards,
+            audit=ctx.config.audit_meaning_guards, max_new_tokens=max_new_tokens,
         )
 
     @hookimpl(trylast=True)
@@ -179,10 +180,12 @@ class QABankPlugin:
 
     @hookimpl(trylast=True)
     def percache_qa_store(self, ctx: AssistantContext, query: Query, answer: str | None,
-                          scope: str | None, sources: Sequence[str], origin: str) -> None:
+                          scope: str | None, sources: Sequence[str], origin: str,
+                          tokens: AnswerTokens | None) -> None:
         if ctx.config.use_qa_bank:
             self.bank(ctx).add(query.text, answer, scope=scope, sources=list(sources),
-                               origin=origin, embedding=query.embedding)  # type: ignore[arg-type]
+                               origin=origin, embedding=query.embedding,  # type: ignore[arg-type]
+                               tokens=tokens)
 
     @hookimpl(trylast=True)
     def percache_sources_forgotten(self, ctx: AssistantContext, ids: Sequence[str]) -> int:

@@ -36,6 +36,9 @@ failure is the rejection reason):
     the entry is not stale (new chunks changed its retrieval since it was answered).
 ``answered`` (rejection reason ``no_answer``)
     the entry has an answer (prefill-only entries hold none yet).
+``length``
+    only when the caller passes the request's ``max_new_tokens``: greedy decoding with that
+    cap gives the stored answer or its first tokens (see :mod:`percache_plugin.rag.qa_length`).
 ``consistency``
     only when the caller passes the chunk ids it retrieved for the new question: the
     share of the entry's source chunks that were retrieved again,
@@ -86,7 +89,8 @@ DEFAULT_TAU = 0.74
 DEFAULT_MIN_OVERLAP = 1 / 3
 # Every value LookupResult.rejected_by can take, in the order the guards are checked, and
 # the key under which Verdict.guards reports each guard (True = passed).
-REASONS = ("threshold", "scope", "terms", *MEANING_GUARDS, "stale", "no_answer", "consistency")
+REASONS = ("threshold", "scope", "terms", *MEANING_GUARDS, "stale", "no_answer", "length",
+           "consistency")
 _GUARD_KEY = MappingProxyType({"stale": "fresh", "no_answer": "answered"})
 _TOKEN = re.compile(r"\w+|[.!?]")
 _NOT_NAMES = frozenset("i hon right mr mrs ms dr prof sir dame st".split())
@@ -220,6 +224,7 @@ def judge(
     terms: bool | None = None,
     meaning: Mapping[str, bool] | None = None,
     off_failed: Collection[str] = (),
+    length: bool | None = None,
 ) -> Verdict:
     """Run every guard on one in-scope candidate (see the module docstring).
 
@@ -227,6 +232,7 @@ def judge(
         key-terms guard is off.
     :param meaning: results of the meaning guards that ran (``meaning.meaning_checks``).
     :param off_failed: meaning guards switched off that the candidate fails (reported only).
+    :param length: whether the answer serves the request's length cap; ``None``: no cap given.
     """
     guards: dict[str, bool | float] = {
         "threshold": bool(similarity >= tau),
@@ -238,6 +244,8 @@ def judge(
         guards["terms"] = bool(terms)
     for name, passed in (meaning or {}).items():
         guards[name] = bool(passed)
+    if length is not None:
+        guards["length"] = bool(length)
     if retrieved is not None:
         overlap = source_overlap(retrieved, sources)
         guards["overlap"] = overlap

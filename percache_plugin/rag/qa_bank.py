@@ -108,6 +108,7 @@ class QABank(QABankBase):
         embedding: np.ndarray | None = None,
         k: int = 5,
         audit: bool = False,
+        max_new_tokens: int | None = None,
     ) -> LookupResult:
         """Serve the most similar stored answer of ``scope`` that passes every guard.
 
@@ -125,6 +126,9 @@ class QABank(QABankBase):
             count the hits they would have refused (``served_with_guard_off``); it costs an
             embedder call per lookup whose candidates reach ``tau``. The other switched-off
             guards are always counted (they compare precomputed features).
+        :param max_new_tokens: the request's length cap: turns on the ``length`` guard, only
+            answers greedy decoding with that cap gives (or begins with) are served
+            (:mod:`percache_plugin.rag.qa_length`); ``None``: off.
         """
         question = check_question(question)
         meaning = check_meaning(meaning)
@@ -152,7 +156,7 @@ class QABank(QABankBase):
             judged, served = judge_candidates(
                 question, found, self._mem.slots, tau=tau, retrieved=got,
                 min_overlap=min_overlap, key_terms=key_terms, meaning=meaning,
-                embedded=embedded, embedder=self._embedder,
+                embedded=embedded, embedder=self._embedder, cap=max_new_tokens,
             )
             first = self._match(judged[0]) if judged else None
             if served is not None:

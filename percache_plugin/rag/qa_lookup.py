@@ -8,6 +8,7 @@ from percache_plugin.rag.embeddings import Embedder
 from percache_plugin.rag.guards import Verdict, judge, question_terms, terms_agree
 from percache_plugin.rag.meaning import MEANING_GUARDS, meaning_checks, question_shape
 from percache_plugin.rag.qa_embedded import EMBEDDED_GUARDS, embedded_verdicts
+from percache_plugin.rag.qa_length import serves
 from percache_plugin.rag.qa_memory import Slot
 
 __all__ = ["Judged", "judge_candidates"]
@@ -28,6 +29,7 @@ def judge_candidates(
     meaning: Collection[str],
     embedded: Mapping[int, Mapping[str, bool] | None] | None = None,
     embedder: Embedder | None = None,
+    cap: int | None = None,
 ) -> tuple[list[Judged], Judged | None]:
     """Judge ``candidates`` (``(id, cosine)``, best first) until one passes every guard or
     the similarity falls below ``tau``. Returns every verdict and the one served, if any.
@@ -35,7 +37,8 @@ def judge_candidates(
     The guards that need the embedder (``residue``, ``align``, ``combined``, ``joint``) run only when ``embedded`` is
     given (their verdicts, computed beforehand by the caller, per entry id; None where they
     do not decide: the candidate fails another guard) and only for candidates reaching
-    ``tau``; a candidate missing from it (added since) is judged with ``embedder``."""
+    ``tau``; a candidate missing from it (added since) is judged with ``embedder``. ``cap``:
+    the request's ``max_new_tokens`` (the ``length`` guard; ``None``: off)."""
     terms = question_terms(question) if key_terms else None
     shape = question_shape(question)
     judged: list[Judged] = []
@@ -61,6 +64,7 @@ def judge_candidates(
             terms=None if terms is None else terms_agree(terms, slot.terms),
             meaning={g: ok for g, ok in checks.items() if g in meaning},
             off_failed=[g for g, ok in checks.items() if not ok and g not in meaning],
+            length=None if cap is None else serves(slot.info.length, slot.info.ended, cap),
         )
         judged.append((entry_id, sim, verdict))
         if verdict.rejected_by is None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from percache_plugin.rag.qa_length import pack_ids, unpack_ids
 from percache_plugin.rag.qa_types import QAEntry
 from percache_plugin.sqlite_tx import Database, Schema, connect
 
@@ -40,7 +41,8 @@ CREATE TABLE IF NOT EXISTS qa_entries (
     answer TEXT, scope TEXT, scope_key TEXT NOT NULL, sources TEXT NOT NULL,
     stale INTEGER NOT NULL DEFAULT 0, hits INTEGER NOT NULL DEFAULT 0,
     created REAL NOT NULL, last_access REAL NOT NULL, origin TEXT NOT NULL,
-    nbytes INTEGER NOT NULL, vector BLOB NOT NULL, model TEXT NOT NULL DEFAULT '');
+    nbytes INTEGER NOT NULL, vector BLOB NOT NULL, model TEXT NOT NULL DEFAULT '',
+    tokens BLOB, ended TEXT);
 """,
 )
 # Version-1 tables (before entries were bound to a model) get the column and the new key.
@@ -51,14 +53,16 @@ CREATE INDEX IF NOT EXISTS qa_entries_lfu ON qa_entries (hits, last_access, id);
 """
 _COLS = (
     "id, question, answer, scope, sources, stale, hits, created, last_access, origin, nbytes, "
-    "model"
+    "model, tokens, ended"
 )
 _UPSERT = (
     "INSERT INTO qa_entries (question, qkey, answer, scope, scope_key, sources, created, "
-    "last_access, origin, nbytes, vector, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "last_access, origin, nbytes, vector, model, tokens, ended) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (scope_key, model, qkey) DO UPDATE SET question = excluded.question, "
     "answer = excluded.answer, sources = excluded.sources, stale = 0, "
-    "origin = excluded.origin, nbytes = excluded.nbytes, last_access = excluded.last_access "
+    "origin = excluded.origin, nbytes = excluded.nbytes, last_access = excluded.last_access, "
+    "tokens = excluded.tokens, ended = excluded.ended "
     "RETURNING id"
 )
 
@@ -76,6 +80,8 @@ class RowInfo:
     stale: bool
     answered: bool
     nbytes: int
+    length: int | None = None  # generated tokens of the answer (None: unknown)
+    ended: str | None = None  # how its generation ended (qa_length.ENDINGS; None: unknown)
 
 
 def _sources(text: object) -> tuple[str, ...]:
@@ -86,7 +92,8 @@ def _sources(text: object) -> tuple[str, ...]:
 
 
 def _entry(row: tuple[object, ...]) -> QAEntry:
-    entry_id, question, answer, scope, sources, stale, hits, created, last, origin, nbytes, model = row
+    (entry_id, question, answer, scope, sources, stale, hits, created, last, origin, nbytes, model,
+     tokens, ended) = row
     return QAEntry(
         id=int(entry_id),  # type: ignore[call-overload]
         question=str(question),
@@ -100,6 +107,8 @@ def _entry(row: tuple[object, ...]) -> QAEntry:
         origin=str(origin),
         nbytes=int(nbytes),  # type: ignore[call-overload]
         model=str(model),
+        tokens=unpack_ids(tokens),
+        ended=None if ended is None else str(ended),
     )
 
 
@@ -119,6 +128,11 @@ class QARows(Database):
                     self.db.execute(
                         "ALTER TABLE qa_entries ADD COLUMN model TEXT NOT NULL DEFAULT ''"
                     )
+                if "tokens" not in columns:  # answers of unknown length: corrections aside,
+                    for sql in ("ALTER TABLE qa_entries ADD COLUMN tokens BLOB",  # not served
+                                "ALTER TABLE qa_entries ADD COLUMN ended TEXT",  # to a request
+                                "UPDATE qa_entries SET ended = 'given' WHERE origin = 'corrected'"):
+                        self.db.execute(sql)  # with a cap (qa_length)
             self.db.executescript(_INDEXES)
             with self.tx():
                 self.dim = self._check_meta()
@@ -176,13 +190,14 @@ class QARows(Database):
             self.dim = None if dim is None else int(dim)
         rows = self.db.execute(
             "SELECT id, question, qkey, answer IS NOT NULL, scope, sources, stale, nbytes, "
-            "model FROM qa_entries ORDER BY id"
+            "model, length(tokens) / 4, ended FROM qa_entries ORDER BY id"
         ).fetchall()
         bad: list[int] = []
-        for entry_id, question, key, answered, scope, sources, stale, nbytes, model in rows:
+        for entry_id, question, key, answered, scope, sources, stale, nbytes, model, length, ended in rows:
             try:
                 info = RowInfo(int(entry_id), str(question), str(key), scope, str(model),
-                               _sources(sources), bool(stale), bool(answered), int(nbytes))
+                               _sources(sources), bool(stale), bool(answered), int(nbytes),
+                               None if length is None else int(length), ended)
                 old = known.get(info.id)
                 vector = None
                 if old is None or (old.scope, old.model, old.key) != (info.scope, info.model,
@@ -251,23 +266,25 @@ class QARows(Database):
 
     # -- writing (inside tx() unless said otherwise) -------------------------------------
 
-    def upsert(self, info: RowInfo, answer: str | None, origin: str, vector: np.ndarray) -> int:
+    def upsert(self, info: RowInfo, answer: str | None, origin: str, vector: np.ndarray,
+               tokens: Sequence[int] | None = None) -> int:
         now = time.time()
         cursor = self.db.execute(
             _UPSERT,
             (info.question, info.key, answer, info.scope, json.dumps(info.scope),
              json.dumps(list(info.sources)), now, now, origin, info.nbytes, vector.tobytes(),
-             info.model),
+             info.model, pack_ids(tokens), info.ended),
         )
         self.bump()
         return int(cursor.fetchone()[0])
 
-    def update(self, entry_id: int, info: RowInfo, answer: str | None, origin: str) -> None:
+    def update(self, entry_id: int, info: RowInfo, answer: str | None, origin: str,
+               tokens: Sequence[int] | None = None) -> None:
         self.db.execute(
             "UPDATE qa_entries SET question = ?, answer = ?, sources = ?, stale = 0, "
-            "origin = ?, nbytes = ?, last_access = ? WHERE id = ?",
+            "origin = ?, nbytes = ?, last_access = ?, tokens = ?, ended = ? WHERE id = ?",
             (info.question, answer, json.dumps(list(info.sources)), origin, info.nbytes,
-             time.time(), entry_id),
+             time.time(), pack_ids(tokens), info.ended, entry_id),
         )
         self.bump()
 
@@ -307,6 +324,7 @@ class QARows(Database):
 def _readable(row: tuple[object, ...]) -> bool:
     try:
         _sources(row[4])
+        unpack_ids(row[12])
     except (ValueError, TypeError):
         return False
     return True

@@ -47,7 +47,10 @@ class QAEntry:
     """A stored question. ``answer`` is ``None`` for a prefill-only entry; ``sources`` are
     the chunk ids the answer was generated from; ``hits`` counts served lookups (LFU);
     ``nbytes`` is what the entry counts against the byte limit; ``model`` is the
-    fingerprint of the model that answered (``""``: not recorded)."""
+    fingerprint of the model that answered (``""``: not recorded). ``tokens`` are the ids the
+    answer was generated as and ``ended`` how its generation ended (``"eos"``, ``"cap"``;
+    ``"given"`` for a caller's answer or correction; ``None``: unknown); they decide which
+    ``max_new_tokens`` it is served to (:mod:`percache_plugin.rag.qa_length`)."""
 
     id: int
     question: str
@@ -61,6 +64,8 @@ class QAEntry:
     origin: str
     nbytes: int
     model: str = ""
+    tokens: tuple[int, ...] | None = None
+    ended: str | None = None
 
 
 @dataclass(frozen=True)

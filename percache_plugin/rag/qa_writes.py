@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from percache_plugin.rag.embeddings import Embedder
+from percache_plugin.rag.qa_length import AnswerTokens
 from percache_plugin.rag.qa_memory import QAMemory
 from percache_plugin.rag.qa_rows import ENTRY_OVERHEAD, QARows, RowInfo
 from percache_plugin.rag.qa_types import (
@@ -178,6 +179,7 @@ class QABankBase:
         sources: Sequence[str] = (),
         origin: Origin = "user",
         embedding: np.ndarray | None = None,
+        tokens: AnswerTokens | None = None,
     ) -> QAEntry:
         """Store an answered (or, with ``answer=None``, prefill-only) question.
 
@@ -189,6 +191,10 @@ class QABankBase:
 
         :param sources: ids of the chunks the answer was generated from.
         :param embedding: the question's embedding, if the caller has it already.
+        :param tokens: the ids the answer was generated as and how its generation ended, which
+            decide the ``max_new_tokens`` it is served to (``lookup``); ``None``: an answer the
+            caller gives (``"given"``, served whole to any cap, as a correction is), see
+            :mod:`percache_plugin.rag.qa_length`.
         """
         question = check_question(question)
         answer = check_answer(answer, optional=True)
@@ -205,32 +211,36 @@ class QABankBase:
             existing = self._mem.keys.get((scope, model, key))
             if existing is None and vector is None:  # deleted since the check above
                 vector = self._vector(question, embedding)
-            info = self._info(existing or 0, question, key, scope, model, source_ids, answer)
-            return self._fetch(self._write(existing, info, answer, origin, vector))
+            ids = None if tokens is None else tuple(tokens.ids)
+            ended = tokens.ended if tokens is not None else None if answer is None else "given"
+            info = self._info(existing or 0, question, key, scope, model, source_ids, answer,
+                              ids, ended)
+            return self._fetch(self._write(existing, info, answer, origin, vector, ids))
 
     def _info(self, entry_id: int, question: str, key: str, scope: str | None, model: str,
-              sources: tuple[str, ...], answer: str | None) -> RowInfo:
+              sources: tuple[str, ...], answer: str | None, ids: tuple[int, ...] | None,
+              ended: str | None) -> RowInfo:
         dim = self._rows.dim or int(self._embedder.dim)
-        text = len(question.encode()) + len((answer or "").encode())
+        text = len(question.encode()) + len((answer or "").encode()) + 4 * len(ids or ())
         nbytes = text + len(str(list(sources)).encode()) + 4 * dim + ENTRY_OVERHEAD
         return RowInfo(entry_id, question, key, scope, model, sources, False,
-                       answer is not None, nbytes)
+                       answer is not None, nbytes, None if ids is None else len(ids), ended)
 
     def _write(self, existing: int | None, info: RowInfo, answer: str | None, origin: str,
-               vector: np.ndarray | None) -> int:
+               vector: np.ndarray | None, ids: tuple[int, ...] | None = None) -> int:
         """Update entry ``existing`` or upsert a new one (``vector`` given), evicting what no
         longer fits, in one transaction; memory follows the commit. Returns the entry id."""
         self._fits(info.nbytes)
         old_bytes = 0 if existing is None else self._mem.slots[existing].info.nbytes
         with self._change():
             if existing is not None:
-                self._rows.update(existing, info, answer, origin)
+                self._rows.update(existing, info, answer, origin, ids)
                 entry_id = existing
             else:
                 assert vector is not None
                 if self._rows.dim is None:
                     self._rows.set_dim(vector.size)
-                entry_id = self._rows.upsert(info, answer, origin, vector)
+                entry_id = self._rows.upsert(info, answer, origin, vector, ids)
             victims = self._rows.victims(
                 self._mem.total - old_bytes + info.nbytes, self._byte_limit, entry_id
             )
@@ -250,7 +260,8 @@ class QABankBase:
             if old is None:
                 raise KeyError(f"no QA bank entry {entry_id}")
             o = old.info
-            info = self._info(entry_id, o.question, o.key, o.scope, o.model, o.sources, answer)
+            info = self._info(entry_id, o.question, o.key, o.scope, o.model, o.sources, answer,
+                              None, "given")  # served whole to any cap: not a generation
             return self._fetch(self._write(entry_id, info, answer, "corrected", None))
 
     def delete(self, entry_id: int) -> bool:
