@@ -82,13 +82,14 @@ def test_an_idle_answer_cut_by_the_background_cap_is_not_served_to_a_larger_cap(
     pc.add_documents(DOCS, scope="alice")
     pc.idle_queue.push("answer", Q, "alice")
     pc.idle()
-    (entry,) = pc.qa_bank.entries()
-    assert entry.ended == "cap" and len(entry.tokens or ()) == 5
+    assert len(pc.qa_bank.entries()) == 1
     assert pc.ask(Q, scope="alice", max_new_tokens=5).source == "qa_bank"
     after = pc.ask(Q, scope="alice", max_new_tokens=9)
-    pc.close()
     expected = _fresh(tmp_path / "fresh", max_new_tokens=9)
     assert after.source == "generated" and after.text == expected.text
+    (entry,) = pc.qa_bank.entries()  # the longer answer replaced the idle one
+    pc.close()
+    assert entry.ended == "cap" and len(entry.tokens or ()) == 9
 
 
 def test_an_answer_stored_before_lengths_were_recorded_is_generated_again(tmp_path: Path) -> None:
