@@ -173,9 +173,11 @@ def _trace(pc: Any, segments: Any, hints: DraftHints, plain_ids: list[int]) -> d
 
 def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions: int, new_tokens: int,
                   repeats: int, progress: bool = True, partial: Path | None = None, skip: int = 0,
-                  modes: tuple[str, ...] = DEFAULT_MODES, trace: bool = False) -> dict[str, Any]:
+                  modes: tuple[str, ...] = DEFAULT_MODES, trace: bool = False,
+                  verify_cost: tuple[float, ...] | None = None) -> dict[str, Any]:
     """Every question in every mode of ``modes`` (and plain); ``partial`` receives the rows so far
-    after each question; ``trace`` keeps each request's replay inputs in its row."""
+    after each question; ``trace`` keeps each request's replay inputs in its row; ``verify_cost``
+    is ``Config.draft_verify_cost`` (None: the default curve)."""
     import percache_plugin as percache
 
     from ..assistant.ask import qa_drafts, segments_for
@@ -188,7 +190,8 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for mid, qs in plan.items():
-            pc = percache.enable(model, tok, store=Path(tmp) / mid, drafting=False)
+            pc = percache.enable(model, tok, store=Path(tmp) / mid, drafting=False,
+                                draft_verify_cost=verify_cost)
             tree_default, online_default = pc.config.draft_tree, pc.config.draft_cost_online
             pc.add_documents({"text": meeting_text(found[mid]), "id": mid})
             for original, _ in qs:  # earlier questions: their answers enter the QA bank
@@ -236,7 +239,7 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
             pc.close()
     summary = summarize(rows, modes)
     return {"rows": rows, "summary": summary, "questions": len(rows), "meetings": list(plan), "skip": skip,
-            "new_tokens": new_tokens, "repeats": repeats, "threads": torch.get_num_threads()}
+            "verify_cost": list(verify_cost) if verify_cost else None, "new_tokens": new_tokens, "repeats": repeats, "threads": torch.get_num_threads()}
 
 
 def _x(ratio: float | None) -> str:
@@ -260,6 +263,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "over rounds of drafted over plain speed in the same round")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--verify-cost", default=None,
+                   help="Config.draft_verify_cost as comma-separated ratios for k = 1, 2, ... (what a "
+                        "forward verifying k draft tokens costs in one-token forwards on this machine; "
+                        "benchmarks/verify_cost.py or benchmarks/decode_overhead.py measure it); "
+                        "default: the built-in curve")
+
+
+def _curve(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        curve = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"--verify-cost must be comma-separated numbers, got {text!r}") from None
+    if not curve or any(not r > 0 for r in curve):
+        raise SystemExit(f"--verify-cost must list positive ratios (k = 1, 2, ...), got {text!r}")
+    return curve
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -271,7 +291,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model, tok = load_smollm2(status=True)
     payload = run_benchmark(model, tok, args.data, meetings=args.meetings, questions=args.questions,
                             new_tokens=args.new_tokens, repeats=args.repeats, partial=args.json,
-                            skip=args.skip, modes=modes, trace=args.trace)
+                            skip=args.skip, modes=modes, trace=args.trace, verify_cost=_curve(args.verify_cost))
     s = payload["summary"]
     print(markdown_table(
         ["mode", "median request tok/s", "median speed-up (request)", "min", "answers >5% slower",

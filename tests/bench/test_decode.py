@@ -104,3 +104,13 @@ def test_the_fixed_and_online_modes_set_the_measured_verify_cost_and_combined_ke
     for mode in ("fixed", "combined", "online", "combined"):
         _timed(pc, [], 2, DraftHints(), mode, False, False)
     assert [c["draft_cost_online"] for c in calls] == [False, False, True, False]
+
+
+def test_verify_cost_option_parses_a_curve_and_names_bad_input() -> None:
+    from percache_plugin.bench.decode import _curve
+
+    assert _curve(None) is None
+    assert _curve("1.6, 1.7,2") == (1.6, 1.7, 2.0)
+    for bad in ("", "1,x", "1,-2", "0"):
+        with pytest.raises(SystemExit, match="--verify-cost"):
+            _curve(bad)
