@@ -16,6 +16,7 @@ from ..rag.embeddings import DEFAULT_MODEL_NAME
 from ..rag.qa_length import AnswerTokens, served_ids
 from ..segments import Segment
 from ..stats import GenerationStats
+from .exact_kwargs import inexact_kwargs
 from .grounded import hold_back_unsupported
 
 log = logging.getLogger("percache")
@@ -51,7 +52,9 @@ class Answer:
     :ivar not_stored: for a generated answer, why it was not stored in the QA bank (the
         caller's own ``stopping_criteria`` or ``stop_strings``, or anything else than an
         end-of-sequence token or ``max_new_tokens``, ended it: a cut answer must not be served
-        later as the answer; it was sampled or beam-searched: the bank serves greedy answers; a
+        later as the answer; it was sampled or beam-searched: the bank serves greedy answers; it
+        was generated with keyword arguments that change greedy tokens, outside
+        ``exact_kwargs.EXACT_KWARGS``: such a request neither reads nor writes the bank; a
         source changed while it was generated); empty when it was stored. An answer that ended
         on ``max_new_tokens`` is stored with its tokens and served only to requests with a cap
         no larger (``rag/qa_length.py``).
@@ -100,7 +103,8 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
     text = gen.text.strip()
     unsupported: tuple[str, ...] = ()
-    ending = _not_greedy(a, generate_kwargs) or _ending(a, gen.token_ids, generate_kwargs)
+    ending = (_not_greedy(a, generate_kwargs) or inexact_kwargs(generate_kwargs)
+              or _ending(a, gen.token_ids, generate_kwargs))
     if isinstance(ending, str):
         return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                       not_stored=ending)
@@ -250,7 +254,9 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
     t0 = time.perf_counter()
     chunks = a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)
     cap = request_cap(generate_kwargs)
-    result = a.hooks.qa_lookup(a.ctx, query, scope, [c.id for c in chunks], cap)
+    # settings that change greedy tokens: the bank's answers are not this request's (exact_kwargs)
+    result = None if inexact_kwargs(generate_kwargs) else a.hooks.qa_lookup(
+        a.ctx, query, scope, [c.id for c in chunks], cap)
     if result is not None and result.match is not None:
         entry = result.match.entry
         # An answer longer than the cap: its first tokens, what greedy decoding gives (qa_length)

@@ -18,6 +18,8 @@ class _PromptMark(LogitsProcessor):
     """Tells a :class:`TextStream` built without the prompt's length where the prompt ends:
     the first next-token distribution is computed over the prompt alone."""
 
+    observes_only = True  # returns the scores as they are: ask() still uses the QA bank
+
     def __init__(self, stream: TextStream) -> None:
         self.stream = stream
 

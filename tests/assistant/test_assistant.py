@@ -128,6 +128,8 @@ def test_an_answer_on_a_paragraph_passed_to_another_document_is_generated_again(
 class _AddDuringGeneration(LogitsProcessor):
     """Adds ``doc`` (by default: replaces Ana's) through another handle at the first decoding step."""
 
+    observes_only = True  # leaves the scores as they are: the answer may be stored
+
     def __init__(self, other: percache.PerCache, doc: dict[str, str] = NEW) -> None:
         self.other, self.doc, self.done = other, doc, False
 
