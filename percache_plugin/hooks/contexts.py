@@ -41,12 +41,15 @@ class EngineContext:
     :ivar recompute_strategies: the recompute strategies registered for this handle.
     :ivar buffer_policies: the RAM tier's replacement policies registered for this handle
         (``Config.ram_cache_policy`` names one); None: the built-ins.
+    :ivar generation_config: returns the model's ``generation_config`` as it is now (``generate``
+        applies it to every answer), or None.
     """
 
     def __init__(self, config: Config, store: KVStore, capabilities: Capabilities, hooks: Hooks,
                  fingerprint: str, tokenizer: Any, use_template: bool,
                  recompute_strategies: Mapping[str, RecomputeStrategy],
-                 buffer_policies: Mapping[str, PolicyFactory] | None = None) -> None:
+                 buffer_policies: Mapping[str, PolicyFactory] | None = None,
+                 generation_config: Callable[[], Any] | None = None) -> None:
         self.config = config
         self.store = store
         self.capabilities = capabilities
@@ -56,6 +59,7 @@ class EngineContext:
         self.use_template = use_template
         self.recompute_strategies = recompute_strategies
         self.buffer_policies = buffer_policies
+        self.generation_config: Callable[[], Any] = generation_config or (lambda: None)
 
     def __repr__(self) -> str:
         return f"EngineContext({self.capabilities.model_type}, store={self.store.path or 'memory'})"

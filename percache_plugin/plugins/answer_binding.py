@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["AnswerSetting", "ANSWER_SETTINGS", "BOUND_SETTINGS", "answer_model", "same_settings"]
+__all__ = ["AnswerSetting", "ANSWER_SETTINGS", "BOUND_SETTINGS", "answer_model", "generation_defaults",
+           "same_settings"]
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,23 @@ BOUND_SETTINGS: tuple[str, ...] = tuple(s.name for s in ANSWER_SETTINGS if s.bou
 flag in use instead)."""
 
 
-def answer_model(fingerprint: str, config: Config, use_template: bool = True) -> str:
+def generation_defaults(gen: object) -> str:
+    """The model's own generation settings (``model.generation_config``, those that differ from
+    transformers' defaults), which ``generate`` applies to every answer: a
+    ``repetition_penalty`` or ``eos_token_id`` set there changes the greedy tokens like the same
+    keyword argument would. All of them are bound, not a chosen few: a setting that leaves the
+    tokens as they are costs at most a regenerated answer when it changes."""
+    if gen is None or not hasattr(gen, "to_diff_dict"):
+        return ""
+    values = {k: v for k, v in gen.to_diff_dict().items() if k != "transformers_version"}
+    return repr(sorted(values.items()))
+
+
+def answer_model(fingerprint: str, config: Config, use_template: bool = True, generation: str = "") -> str:
     """What a QA-bank answer is bound to: the model's fingerprint, the values of
-    :data:`BOUND_SETTINGS` and whether the prompt was rendered with the chat template."""
-    values = repr([(name, getattr(config, name)) for name in BOUND_SETTINGS] + [use_template])
+    :data:`BOUND_SETTINGS`, whether the prompt was rendered with the chat template and the
+    model's generation settings (:func:`generation_defaults`)."""
+    values = repr([(name, getattr(config, name)) for name in BOUND_SETTINGS] + [use_template, generation])
     digest = hashlib.blake2b(values.encode("utf-8"), digest_size=8).hexdigest()
     return f"{fingerprint}/answer-{digest}"
 

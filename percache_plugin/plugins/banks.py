@@ -19,7 +19,7 @@ from ..kv.chunk_nodes import delete_chunk_nodes
 from ..kv.store import DB_NAME
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank
-from .answer_binding import answer_model, same_settings
+from .answer_binding import answer_model, generation_defaults, same_settings
 
 if TYPE_CHECKING:
     from ..hooks.contexts import AssistantContext
@@ -121,7 +121,8 @@ class QABankPlugin:
             engine = ctx.engine
             self._bank = QABank(None if root is None else root / DB_NAME, ctx.embedder,
                                 byte_limit=ctx.config.qa_byte_limit,
-                                model=lambda: answer_model(engine.fingerprint, engine.config, engine.use_template),
+                                model=lambda: answer_model(engine.fingerprint, engine.config, engine.use_template,
+                                                                    generation_defaults(engine.generation_config())),
                                 share_across_models=lambda: engine.config.qa_share_across_models)
         return self._bank
 

@@ -107,3 +107,23 @@ def test_settings_that_leave_greedy_tokens_still_hit(tmp_path: Path) -> None:
     assert hit.source == "qa_bank" and watch.steps == 0
     expected = _fresh(tmp_path / "fresh", logits_processor=[_Watch()], top_p=0.5)
     assert hit.text == first.text == expected.text
+
+
+def test_an_answer_is_bound_to_the_models_own_generation_settings(tmp_path: Path) -> None:
+    # generate applies model.generation_config to every answer: a repetition_penalty set there
+    # changes the greedy tokens as the keyword argument does, so the plain answer is stale
+    pc = _pc(tmp_path / "s")
+    pc.add_documents(DOCS, scope="alice")
+    plain = pc.ask(Q, scope="alice", max_new_tokens=CAP)
+    assert pc.ask(Q, scope="alice", max_new_tokens=CAP).source == "qa_bank"
+    pc.engine.model.generation_config.repetition_penalty = 1.5
+    changed = pc.ask(Q, scope="alice", max_new_tokens=CAP)
+    again = pc.ask(Q, scope="alice", max_new_tokens=CAP)
+    pc.engine.model.generation_config.repetition_penalty = 1.0
+    back = pc.ask(Q, scope="alice", max_new_tokens=CAP)
+    pc.close()
+    expected = _fresh(tmp_path / "fresh", repetition_penalty=1.5)
+    assert plain.text != expected.text
+    assert changed.source == "generated" and changed.text == expected.text
+    assert again.source == "qa_bank" and again.text == expected.text
+    assert back.text == plain.text  # served or generated again: the plain answer either way
