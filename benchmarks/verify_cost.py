@@ -3,7 +3,9 @@ SmolLM2-135M over a realistic cache (QMSum text, ``--cached`` tokens): what draf
 
 A forward feeds the pending token plus ``k`` draft tokens (``k = 0`` is plain decoding), keeps
 ``k + 1`` logits (``logits_to_keep``, as the drafted decoding loop does), and the cache is cropped
-back afterwards. The values of ``k`` are interleaved in every repeat; medians and minima.
+back afterwards. The values of ``k`` are interleaved in every repeat; medians
+(``percache_plugin.decode.calibrate.time_forwards``, which ``pc.measure_verify_cost()`` runs too,
+over the handle's own set-up and a cache of random tokens).
 
 Three set-ups, interleaved too (``--setups`` picks): ``model`` (the model's own attention and
 linear kernels, percache off), ``gqa`` (percache enabled: its sdpa keeps grouped key/value heads
@@ -27,7 +29,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ import percache_plugin as percache
 from percache_plugin.bench.common import DEFAULT_QMSUM
 from percache_plugin.bundled import load_smollm2
 from percache_plugin.decode import PackedLinears
+from percache_plugin.decode.calibrate import time_forwards
 from percache_plugin.decode.tree import TokenTree, tree_mask, tree_positions
 from percache_plugin.rag.qmsum import iter_meetings, meeting_text
 
@@ -80,22 +82,13 @@ def main() -> None:
     text = meeting_text(next(iter(iter_meetings(args.data))))
     ids = tok(text, add_special_tokens=False)["input_ids"][:args.cached + args.max_k + 1]
     cache = DynamicCache()
+    ks = list(range(args.max_k + 1))
+    routes = {s: (lambda k, s=s: contexts["gqa" if s in ("packed", "unpadded", "nofold", "tree") and k == 0 else s]())
+              for s in setups}
     with torch.inference_mode():
         model(input_ids=torch.tensor([ids[:args.cached]]), past_key_values=cache, use_cache=True)
-        ks = list(range(args.max_k + 1))
-        times: dict[tuple[str, int], list[float]] = {(s, k): [] for s in setups for k in ks}
-        for r in range(args.repeats + 2):  # two warm-up rounds
-            for setup in (setups if r % 2 == 0 else setups[::-1]):
-                for k in (ks if r % 2 == 0 else ks[::-1]):
-                    feed = torch.tensor([ids[args.cached:args.cached + k + 1]])
-                    extra = _tree_inputs(k, args.cached) if setup == "tree" and k >= 2 else {}
-                    with contexts["gqa" if setup in ("packed", "unpadded", "nofold", "tree") and k == 0 else setup]():
-                        t0 = time.perf_counter()
-                        model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=k + 1, **extra)
-                        dt = time.perf_counter() - t0
-                    cache.crop(-(k + 1))
-                    if r >= 2:
-                        times[setup, k].append(dt)
+        times = time_forwards(model, cache, ids, args.cached, ks, routes, args.repeats,
+                              inputs=lambda s, k: _tree_inputs(k, args.cached) if s == "tree" and k >= 2 else {})
     pc.close()
     base = {s: statistics.median(times[s, 0]) for s in setups}
     print(f"SmolLM2-135M, {args.cached} cached tokens, {args.threads} thread(s), {args.repeats} repeats; "

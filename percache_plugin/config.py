@@ -383,7 +383,8 @@ class Config:
         "last step repeats beyond the list): drafts are verified only where the tokens they are "
         "expected to add pay for it. None: the curve measured for SmolLM2-135M on one CPU thread, "
         "with or without packed linear weights (draft_packed_linears) as they are in use "
-        "(benchmarks/verify_cost.py measures a model on its hardware; on a GPU it is near 1.0).",
+        "(pc.measure_verify_cost() measures the handle's model on its hardware and sets it; on a "
+        "GPU it is near 1.0).",
         None,
     )
     draft_cost_online: bool = _help(

@@ -3,7 +3,9 @@ handle's acceptance history and verify-cost curve, the packed linear weights."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ..attention.masks import MaskFunction
@@ -67,6 +69,13 @@ class DraftSetup:
         token): their bytes, or 0."""
         packed = self._packing.where(on)
         return packed.get().nbytes if packed else 0
+
+    def verify_route(self, packed: bool) -> Callable[[int], AbstractContextManager[Any]]:
+        """The context drafted decoding runs a forward feeding ``k`` draft tokens in: over the
+        packed weights (made now if needed) for ``k >= 1`` where ``packed`` and the model can be
+        packed, else the model's own kernels (as for ``k = 0``)."""
+        on = self._packing.where(packed)
+        return lambda k: on.get().active() if on is not None and k >= 1 else contextlib.nullcontext()
 
     @property
     def packed(self) -> bool:

@@ -12,6 +12,7 @@ from ..assistant import Answer, Assistant
 from ..assistant.worker import IdleWorker
 from ..config import Config
 from ..core.debuglog import ensure_handler
+from ..decode.calibrate import measure_curve
 from ..engine import Engine
 from ..idle import IdleReport
 from ..memory.api import Memory
@@ -184,6 +185,32 @@ class PerCache(HandleParts):
         return totals
 
     # -- settings and life cycle -----------------------------------------------------------
+    def measure_verify_cost(self, *, cached_tokens: int = 1500, max_k: int = 16, repeats: int = 9,
+                            progress: bool = True) -> tuple[float, ...]:
+        """Measure what a forward verifying ``k = 1 .. max_k`` draft tokens costs on this
+        machine, in one-token forwards, set it as ``Config.draft_verify_cost`` and return it.
+
+        The forwards run as drafted decoding runs them: this handle's attention, over the packed
+        linear weights for ``k >= 1`` where ``Config.draft_packed_linears`` is on (packed now if
+        they were not), keeping ``k + 1`` logits, over a cache of ``cached_tokens`` random token
+        ids that is built for the measuring and dropped after it (the store and sessions are not
+        touched). Each ``k`` is the median of ``repeats`` interleaved rounds
+        (:mod:`~percache_plugin.decode.calibrate`); ratios measured below 1.0 (noise: a verify
+        forward never costs less than a one-token one) are clipped to 1.0. Measure at the load
+        and thread count decoding will run with. ``progress`` shows a progress bar after 2 s.
+
+        :raises ValueError: an argument is not a positive int, or the cache and drafts exceed
+            the model's context (the message names it).
+        """
+        with self.engine.preemption.foreground(self.engine.lock):
+            if self.engine.closed:
+                raise RuntimeError("this percache handle was closed; call enable() again")
+            route = self.engine.drafts.verify_route(self.config.draft_packed_linears)
+            curve = measure_curve(self.model, cached_tokens=cached_tokens, max_k=max_k,
+                                  repeats=repeats, route=route, progress=progress)
+            self.configure(draft_verify_cost=curve)
+        return curve
+
     def configure(self, **changes: Any) -> Config:
         """Change settings at run time, validated like :func:`enable`'s keywords. Every field
         takes effect from the next call (a new ``kv_byte_limit`` or ``qa_byte_limit`` evicts at

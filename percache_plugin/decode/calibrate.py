@@ -1,0 +1,112 @@
+"""Measuring the verify cost curve (:class:`~percache_plugin.decode.cost.VerifyCost`) of a model
+on the machine it runs on: the time of a forward feeding the pending token plus ``k`` draft
+tokens over a cache, against a one-token forward.
+
+A forward keeps ``k + 1`` logits (``logits_to_keep``, as the drafted decoding loop does) and the
+cache is cropped back after it, so every forward sees the same cache. The values of ``k`` are
+interleaved in every repeat (forwards, then backwards), so a change of load during the run
+touches every ``k`` alike; the first rounds warm up and are not counted. ``benchmarks/verify_cost.py``
+runs :func:`time_forwards` over several set-ups side by side; :meth:`PerCache.measure_verify_cost`
+runs :func:`measure_curve` over the handle's own model and set-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from .generate import context_limit
+
+__all__ = ["Route", "time_forwards", "measure_curve", "check_arguments", "WARMUP_ROUNDS"]
+
+Route = Callable[[int], AbstractContextManager[Any]]
+"""The context a forward feeding ``k`` draft tokens runs in (e.g. packed linear weights for ``k >= 1``)."""
+
+WARMUP_ROUNDS = 2
+
+
+def time_forwards(model: Any, cache: Any, ids: Sequence[int], cached: int, ks: Sequence[int],
+                  routes: Mapping[str, Route], repeats: int, *,
+                  inputs: Callable[[str, int], dict[str, Any]] | None = None,
+                  step: Callable[[], object] | None = None) -> dict[tuple[str, int], list[float]]:
+    """Seconds of each forward, by set-up (a name of ``routes``) and ``k``, over ``repeats``
+    rounds after :data:`WARMUP_ROUNDS` uncounted ones.
+
+    :param cache: holds ``ids[:cached]``; cropped back to them after every forward.
+    :param ids: at least ``cached + max(ks) + 1`` token ids: a forward feeds ``ids[cached:cached + k + 1]``.
+    :param inputs: extra keyword arguments of a set-up's forward of ``k`` draft tokens.
+    :param step: called after every forward (a progress bar's update).
+    """
+    names = list(routes)
+    times: dict[tuple[str, int], list[float]] = {(s, k): [] for s in names for k in ks}
+    for r in range(repeats + WARMUP_ROUNDS):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            for k in (ks if r % 2 == 0 else ks[::-1]):
+                feed = torch.tensor([list(ids[cached:cached + k + 1])], device=_device(model))
+                extra = inputs(name, k) if inputs is not None else {}
+                with routes[name](k):
+                    t0 = time.perf_counter()
+                    model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=k + 1, **extra)
+                    dt = time.perf_counter() - t0
+                cache.crop(-(k + 1))
+                if r >= WARMUP_ROUNDS:
+                    times[name, k].append(dt)
+                if step is not None:
+                    step()
+    return times
+
+
+def check_arguments(model: Any, cached_tokens: int, max_k: int, repeats: int) -> None:
+    """Raise ValueError naming the first argument of :func:`measure_curve` that cannot be used."""
+    for name, value in (("cached_tokens", cached_tokens), ("max_k", max_k), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    limit = context_limit(model)
+    if limit is not None and cached_tokens + max_k + 1 > limit:
+        raise ValueError(f"cached_tokens + max_k + 1 must fit the model's context of {limit} tokens, "
+                         f"got cached_tokens={cached_tokens}, max_k={max_k}")
+
+
+def measure_curve(model: Any, *, cached_tokens: int, max_k: int, repeats: int,
+                  route: Route = lambda k: contextlib.nullcontext(), seed: int = 0,
+                  progress: bool = True) -> tuple[float, ...]:
+    """The verify cost ratios of ``model`` for ``k = 1 .. max_k``: the median time of a forward
+    feeding ``k + 1`` tokens over a cache of ``cached_tokens`` over the median of a one-token
+    forward over it, all in ``route``.
+
+    The cache holds random token ids (``seed``): a forward's time does not depend on which
+    tokens it computes. Ratios below 1.0 (a verify forward measured faster than a one-token
+    forward: timing noise, never a real saving) are clipped to 1.0, since the schedule would
+    read them as drafts that cost less than nothing. ``progress`` shows a progress bar of the
+    forwards once the measuring has taken 2 s.
+    """
+    check_arguments(model, cached_tokens, max_k, repeats)
+    from tqdm import tqdm  # an import of a second or so, paid only when measuring
+    from transformers import DynamicCache
+
+    vocab = int(model.config.get_text_config(decoder=True).vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (cached_tokens + max_k + 1,), generator=gen).tolist()
+    ks = list(range(max_k + 1))
+    cache = DynamicCache()
+    with torch.inference_mode(), tqdm(total=(repeats + WARMUP_ROUNDS) * len(ks), desc="verify cost",
+                                      unit="forward", delay=2.0, disable=not progress) as bar:
+        model(input_ids=torch.tensor([ids[:cached_tokens]], device=_device(model)),
+              past_key_values=cache, use_cache=True, logits_to_keep=1)
+        times = time_forwards(model, cache, ids, cached_tokens, ks, {"": route}, repeats,
+                              step=lambda: bar.update())
+    base = statistics.median(times["", 0])
+    return tuple(round(max(1.0, statistics.median(times["", k]) / base), 3) for k in ks[1:])
+
+
+def _device(model: Any) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        return torch.device("cpu")
