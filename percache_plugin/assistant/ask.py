@@ -255,7 +255,7 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
     chunks = a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)
     cap = request_cap(generate_kwargs)
     # settings that change greedy tokens: the bank's answers are not this request's (exact_kwargs)
-    result = None if inexact_kwargs(generate_kwargs) else a.hooks.qa_lookup(
+    result = None if inexact_kwargs(generate_kwargs, serving=True) else a.hooks.qa_lookup(
         a.ctx, query, scope, [c.id for c in chunks], cap)
     if result is not None and result.match is not None:
         entry = result.match.entry

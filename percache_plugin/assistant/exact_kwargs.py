@@ -21,7 +21,9 @@ __all__ = ["ExactKwarg", "EXACT_KWARGS", "OBSERVES_ONLY", "inexact_kwargs"]
 
 OBSERVES_ONLY = "observes_only"
 """A logits processor whose class sets this attribute to ``True`` promises to return the scores
-unchanged (it only watches decoding: streaming, progress); any other processor is refused."""
+unchanged (it only watches decoding: streaming, progress); any other processor is refused. A
+stopping criterion setting it promises never to end an answer (it may watch, or raise to cancel
+the request); a request with any other criterion is not served a stored answer."""
 
 
 def _any(value: object) -> bool:
@@ -40,6 +42,10 @@ class ExactKwarg:
     name: str
     why: str
     exact: Callable[[object], bool] = _any
+    serve: Callable[[object], bool] | None = None
+    """Whether a request with this value may be served a stored answer (None: as ``exact``):
+    an argument that can end an answer early may generate an answer worth storing (if it did not
+    end it), but a stored whole answer is not what such a request would generate."""
 
 
 _SAMPLING = "read only when sampling; a sampled answer is not stored (a greedy answer is one " \
@@ -57,9 +63,13 @@ EXACT_KWARGS: tuple[ExactKwarg, ...] = (
     ExactKwarg("num_beams", "1 is greedy decoding; beam search gives other tokens",
                lambda v: v in (None, 1)),
     ExactKwarg("stopping_criteria", "ends an answer early only: an answer it cut is not stored "
-                                    "(ask._ending); a request with one is served the whole "
-                                    "stored answer"),
-    ExactKwarg("stop_strings", "as stopping_criteria"),
+                                    "(ask._ending); served only when every criterion never ends "
+                                    f"an answer (class attribute {OBSERVES_ONLY} = True: it may "
+                                    "watch or cancel), else a stored whole answer is not what the "
+                                    "request would generate", serve=_observers),
+    ExactKwarg("stop_strings", "ends an answer early only: an answer it cut is not stored; never "
+                                "served (the stored answer may hold a stop string)",
+               serve=lambda v: not v),
     ExactKwarg("logits_processor", "only processors that leave the scores as they are "
                                    f"(class attribute {OBSERVES_ONLY} = True)", _observers),
     ExactKwarg("streamer", "watches the tokens, does not choose them"),
@@ -69,10 +79,18 @@ EXACT_KWARGS: tuple[ExactKwarg, ...] = (
 _BY_NAME: Mapping[str, ExactKwarg] = {k.name: k for k in EXACT_KWARGS}
 
 
-def inexact_kwargs(kwargs: Mapping[str, Any]) -> str:
-    """Why a request with ``kwargs`` neither reads nor writes the QA bank, or "" when it may."""
-    bad = [name for name, value in kwargs.items()
-           if name not in _BY_NAME or not _BY_NAME[name].exact(value)]
+def _ok(name: str, value: object, serving: bool) -> bool:
+    entry = _BY_NAME.get(name)
+    if entry is None:
+        return False
+    check = entry.serve if serving and entry.serve is not None else entry.exact
+    return check(value)
+
+
+def inexact_kwargs(kwargs: Mapping[str, Any], serving: bool = False) -> str:
+    """Why the answer of a request with ``kwargs`` may not be stored (``serving``: why the
+    request may not be served a stored answer), or "" when it may."""
+    bad = [name for name, value in kwargs.items() if not _ok(name, value, serving)]
     if not bad:
         return ""
     return (f"generated with {', '.join(sorted(bad))}: the QA bank keeps the answers of greedy "

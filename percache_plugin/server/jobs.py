@@ -166,6 +166,8 @@ class _StopOnCancel(StoppingCriteria):
     generation, so ``ask`` returns before storing anything (the prompt's K/V, exact and
     complete, is kept as for any request)."""
 
+    observes_only = True  # never ends an answer: the QA bank may serve such a request (exact_kwargs)
+
     def __init__(self, stream: TextStream) -> None:
         self.stream = stream
 

@@ -127,3 +127,40 @@ def test_an_answer_is_bound_to_the_models_own_generation_settings(tmp_path: Path
     assert changed.source == "generated" and changed.text == expected.text
     assert again.source == "qa_bank" and again.text == expected.text
     assert back.text == plain.text  # served or generated again: the plain answer either way
+
+
+class _StopAfter:
+    """A caller's stopping criterion that ends the answer after ``n`` new tokens."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.start = n, -1
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        if self.start < 0:
+            self.start = input_ids.shape[1] - 1
+        done = input_ids.shape[1] - self.start >= self.n
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool)  # type: ignore[return-value]
+
+
+def test_a_request_whose_stopping_criterion_ends_the_answer_is_not_served_the_whole_one(tmp_path: Path) -> None:
+    pc = _pc(tmp_path / "s")
+    pc.add_documents(DOCS, scope="alice")
+    plain = pc.ask(Q, scope="alice", max_new_tokens=CAP)
+    cut = pc.ask(Q, scope="alice", max_new_tokens=CAP, stopping_criteria=[_StopAfter(2)])
+    pc.close()
+    expected = _fresh(tmp_path / "fresh", stopping_criteria=[_StopAfter(2)])
+    assert cut.text != plain.text
+    assert cut.source == "generated" and cut.text == expected.text
+
+
+def test_criteria_that_never_end_an_answer_are_served_and_stop_strings_are_not() -> None:
+    from percache_plugin.assistant.exact_kwargs import inexact_kwargs
+
+    class Watch:
+        observes_only = True
+
+    assert inexact_kwargs({"stopping_criteria": [Watch()]}, serving=True) == ""
+    assert "stopping_criteria" in inexact_kwargs({"stopping_criteria": [_StopAfter(2)]}, serving=True)
+    assert inexact_kwargs({"stopping_criteria": [_StopAfter(2)]}) == ""  # its uncut answer may be stored
+    assert "stop_strings" in inexact_kwargs({"stop_strings": ["."]}, serving=True)
+    assert inexact_kwargs({"stop_strings": ["."]}) == ""
