@@ -25,7 +25,7 @@ from types import TracebackType
 import numpy as np
 
 from ..filemodes import private_dir
-from ..kv.chunk_nodes import delete_chunk_nodes
+from ..kv.chunk_nodes import delete_chunk_kv
 from ..kv.locks import DirectoryLock
 from ..kv.store import DB_NAME, KVStore, stored_fingerprints
 from ..personas.heads import HEADS_DIR as _PERSONA_HEADS
@@ -260,7 +260,7 @@ class StoreAdmin:
             qa = [e.id for e in self.qa_bank.entries() if held.intersection(e.sources)]
             for entry_id in qa:
                 self.qa_bank.delete(entry_id)
-            kv_nodes = sum(delete_chunk_nodes(self.kv_store(fp), held) for fp in self.fingerprints())
+            kv_nodes = delete_chunk_kv((self.kv_store(fp) for fp in self.fingerprints()), held)
             gone = [cid for s in scopes for cid in kb.remove_document(doc_id, s)]
             return RemoveReport(len(scopes), len(gone), kv_nodes, len(qa))
 

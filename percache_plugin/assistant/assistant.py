@@ -17,7 +17,7 @@ from ..core.registry import Registry
 from ..engine import Engine
 from ..hooks.contexts import AssistantContext
 from ..idle import IdleQueue, IdleReport, IdleTask
-from ..kv.chunk_nodes import delete_chunk_nodes
+from ..kv.chunk_nodes import delete_chunk_kv
 from ..kv.store import DB_NAME
 from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
 from ..predict.state import PredictionState
@@ -137,7 +137,7 @@ class Assistant:
         """Add documents (hook ``percache_add_documents``, the default: the knowledge bank);
         stale answers are queued for refresh. A document given again with its id replaces the
         old text: the answers built on its removed chunks are deleted (hook
-        ``percache_sources_forgotten``) and so is their K/V in this model's store. Answers built
+        ``percache_sources_forgotten``) and so is their K/V under every model fingerprint. Answers built
         on a chunk kept under another document or at another position are deleted too: ask()
         orders a prompt's chunks by document and position."""
         with self._foreground():
@@ -147,7 +147,7 @@ class Assistant:
             if report.replaced_chunks:
                 self.hooks.sources_forgotten(self.ctx, report.replaced_chunks)
                 with best_effort("deleting the K/V of replaced chunks", self.engine.stats()):
-                    delete_chunk_nodes(self.engine.store, set(report.replaced_chunks))
+                    delete_chunk_kv(self.engine.ctx.every_store(), set(report.replaced_chunks))
             if report.relabelled_chunks:
                 self.hooks.sources_forgotten(self.ctx, report.relabelled_chunks)
             self.hooks.documents_added(self.ctx, report)

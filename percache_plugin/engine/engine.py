@@ -87,7 +87,8 @@ class Engine:
         self.ctx = EngineContext(config, self.store, capabilities_of(model, self._switch.installed, self.shifter, shift_reason), self.hooks,
                                  self.fingerprint, tokenizer, use_template,
                                  self.registries.recompute_strategies, self.registries.buffer_policies,
-                                 generation_config=lambda: getattr(self.model, "generation_config", None))
+                                 generation_config=lambda: getattr(self.model, "generation_config", None),
+                                 every_store=lambda: self.stores.every(self.fingerprint, self.config))
         self._reuse = ReuseRunner(model, self.ctx, self.shifter)
         self._switch.attach(self.ctx, self._reuse)
 

@@ -43,13 +43,16 @@ class EngineContext:
         (``Config.ram_cache_policy`` names one); None: the built-ins.
     :ivar generation_config: returns the model's ``generation_config`` as it is now (``generate``
         applies it to every answer), or None.
+    :ivar every_store: returns the K/V stores of every model fingerprint under the store's
+        path, ``store`` first (what removing a source cleans: K/V of other weights too).
     """
 
     def __init__(self, config: Config, store: KVStore, capabilities: Capabilities, hooks: Hooks,
                  fingerprint: str, tokenizer: Any, use_template: bool,
                  recompute_strategies: Mapping[str, RecomputeStrategy],
                  buffer_policies: Mapping[str, PolicyFactory] | None = None,
-                 generation_config: Callable[[], Any] | None = None) -> None:
+                 generation_config: Callable[[], Any] | None = None,
+                 every_store: Callable[[], list[KVStore]] | None = None) -> None:
         self.config = config
         self.store = store
         self.capabilities = capabilities
@@ -60,6 +63,7 @@ class EngineContext:
         self.recompute_strategies = recompute_strategies
         self.buffer_policies = buffer_policies
         self.generation_config: Callable[[], Any] = generation_config or (lambda: None)
+        self.every_store: Callable[[], list[KVStore]] = every_store or (lambda: [self.store])
 
     def __repr__(self) -> str:
         return f"EngineContext({self.capabilities.model_type}, store={self.store.path or 'memory'})"

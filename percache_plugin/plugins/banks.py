@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.query import Query
 from ..hooks.specs import hookimpl
-from ..kv.chunk_nodes import delete_chunk_nodes
+from ..kv.chunk_nodes import delete_chunk_kv
 from ..kv.store import DB_NAME
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank
@@ -101,11 +101,12 @@ class KnowledgeRetrieval:
 
 def _forget_chunks(ctx: AssistantContext, ids: frozenset[str]) -> None:
     """Before the bank's ``remove_document`` / ``remove_chunks`` delete chunks: the answers
-    built on them (hook ``percache_sources_forgotten``) and their K/V in this model's store,
-    as re-adding a document does; a failure raises before any chunk is deleted."""
+    built on them (hook ``percache_sources_forgotten``) and their K/V under every model
+    fingerprint, as re-adding a document and ``percache store remove --doc`` do; a failure
+    raises before any chunk is deleted."""
     if ids:
         ctx.hooks.sources_forgotten(ctx, sorted(ids))
-        delete_chunk_nodes(ctx.engine.store, ids)
+        delete_chunk_kv(ctx.engine.every_store(), ids)
 
 
 class QABankPlugin:

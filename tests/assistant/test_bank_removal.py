@@ -6,10 +6,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+import torch
 
 import percache_plugin as percache
 from percache_plugin.hooks.specs import hookimpl
-from tests.assistant.test_assistant import BEN, GEN, OLD, Q, _pc, fresh_answer
+from percache_plugin.kv.store import KVStore, stored_fingerprints
+from tests.assistant.test_assistant import BEN, GEN, NEW, OLD, Q, _pc, fresh_answer
 
 REMOVALS: dict[str, Callable[[percache.PerCache], object]] = {
     "remove_document": lambda pc: pc.knowledge.remove_document("ana", "alice"),
@@ -59,3 +61,31 @@ def test_answers_go_before_the_chunks(tmp_path: Path, removal: str) -> None:
     assert gone in pc.knowledge.chunk_ids()
     assert any(gone in e.sources for e in pc.qa_bank.entries())
     pc.close()
+
+
+def _chunk_nodes_by_fingerprint(store: Path, chunk_id: str) -> dict[str, int]:
+    counts = {}
+    for fp in stored_fingerprints(store):
+        with KVStore(store, fingerprint=fp) as kv:
+            counts[fp] = sum(n.extra.get("chunk") == chunk_id for n in kv.nodes())
+    return counts
+
+
+@pytest.mark.parametrize("removal", [*REMOVALS, "replace"])
+def test_a_removal_deletes_the_chunks_kv_of_every_model(tmp_path: Path, removal: str) -> None:
+    # K/V of the chunk computed under other weights (an adapter, an older model) goes too, as
+    # 'percache store remove --doc' does; so does that of a chunk a document given again drops
+    pc = _pc(tmp_path)
+    pc.add_documents([OLD, BEN], scope="alice")
+    gone = _ana_chunk(pc)
+    assert pc.ask(Q, scope="alice", **GEN).source == "generated"
+    with torch.no_grad():
+        next(pc.model.parameters()).add_(0.01)
+    assert pc.ask(Q, scope="alice", **GEN).source == "generated"  # under the new weights' fingerprint
+    if removal == "replace":
+        pc.add_documents([NEW], scope="alice")
+    else:
+        REMOVALS[removal](pc)
+    pc.close()
+    left = _chunk_nodes_by_fingerprint(tmp_path, gone)
+    assert len(left) == 2 and set(left.values()) == {0}
