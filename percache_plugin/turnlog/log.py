@@ -127,14 +127,16 @@ class TurnLog:
             return int(self.db.execute("DELETE FROM turn_log WHERE session = ?", (session,)).rowcount)
 
     def forget_fact(self, fact_id: str) -> int:
-        """Clear the ``context_hash`` of every turn that recalled memory fact ``fact_id`` (a
-        forgotten fact): the hash of a context holding its text would confirm a guess of that
-        text, and the session no longer holds that context. The turn's message, reply and
-        ``fact_ids`` (ids only, tombstones) stay. Returns the rows changed."""
+        """Clear the ``context_hash`` and ``prompt_tokens`` of every turn that recalled memory
+        fact ``fact_id`` (a forgotten fact): the hash of a context holding its text would
+        confirm a guess of that text, the prompt's length less the rest of the logged context
+        is the fact's length, and the session no longer holds that context. The turn's message,
+        reply and ``fact_ids`` (ids only, tombstones) stay. Returns the rows changed."""
         with self._lock, transaction(self.db):
-            rows = self.db.execute("SELECT log_id, fact_ids FROM turn_log WHERE context_hash != ''").fetchall()
+            rows = self.db.execute("SELECT log_id, fact_ids FROM turn_log "  # rows of older forgets too
+                                   "WHERE context_hash != '' OR prompt_tokens != 0").fetchall()
             hit = [(log_id,) for log_id, ids in rows if fact_id in json.loads(ids)]
-            self.db.executemany("UPDATE turn_log SET context_hash = '' WHERE log_id = ?", hit)
+            self.db.executemany("UPDATE turn_log SET context_hash = '', prompt_tokens = 0 WHERE log_id = ?", hit)
         if hit and self.path is not None:  # no old WAL frame keeps the hash
             with self._lock:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()

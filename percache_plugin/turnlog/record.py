@@ -32,7 +32,8 @@ class TurnRecord:
     :ivar output: the reply, as generated.
     :ivar context_hash: :func:`context_hash` of the prompt's token ids; empty once a fact
         recalled into the turn is forgotten (:meth:`TurnLog.forget_fact`).
-    :ivar prompt_tokens: positions the model saw before the reply.
+    :ivar prompt_tokens: positions the model saw before the reply; 0 once a fact recalled
+        into the turn is forgotten (its length would be the difference).
     :ivar fact_ids: ids of the memory facts recalled into the context (``ChatStats.fact_ids``).
     :ivar latency_s: from the call to the last reply token.
     :ivar ttft_s: from the call to the first reply token.

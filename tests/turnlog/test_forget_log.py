@@ -1,6 +1,7 @@
 """A forgotten fact leaves no hash of a context that held it in the turn log: the logged hash is
 that of a prompt holding the fact's text, so with the system prompt and messages logged beside
-it, it confirms a guess of that text."""
+it, it confirms a guess of that text. Nor that prompt's length: less the rest of the logged
+context, it is the fact's length in tokens."""
 
 from __future__ import annotations
 
@@ -32,7 +33,11 @@ def test_a_forgotten_fact_leaves_no_context_hash_in_the_turn_log(tmp_path: Path,
         pc.close()
         assert main(["memory", "forget", str(tmp_path), fact_id]) == 0
         pc = percache.enable(model, tok, **{**CONFIG, "store": tmp_path})
-    hashes = [r.context_hash for r in pc.turn_log.records()]
+    records = list(pc.turn_log.records())
     pc.close()
     # the turns that recalled it keep no hash; the turn that did not keeps its own
-    assert hashes == ["" if h else context_hash(r.prompt_ids) for h, r in zip(held, replies, strict=True)]
+    assert [r.context_hash for r in records] == [
+        "" if h else context_hash(r.prompt_ids) for h, r in zip(held, replies, strict=True)]
+    # nor the prompt's length, which less the rest of the logged context is the fact's
+    assert [r.prompt_tokens for r in records] == [
+        0 if h else len(r.prompt_ids) for h, r in zip(held, replies, strict=True)]
