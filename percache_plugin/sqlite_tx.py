@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .filemodes import FILE_MODE, private_file, tighten
 
-__all__ = ["BUSY_TIMEOUT_S", "Database", "Schema", "apply_schema", "connect", "transaction"]
+__all__ = ["BUSY_TIMEOUT_S", "Database", "Schema", "apply_schema", "checkpoint", "connect", "transaction"]
 
 BUSY_TIMEOUT_S = 30.0
 _REGISTRY = """
@@ -118,6 +118,14 @@ def transaction(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("COMMIT")
 
 
+def checkpoint(db: sqlite3.Connection) -> bool:
+    """Move every WAL frame into the database file and truncate the WAL: until then the file
+    keeps the pages as they were before a delete (``secure_delete`` zeroes the new pages, in the
+    WAL). False when a reader elsewhere kept frames (the next checkpoint moves them)."""
+    busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return not busy
+
+
 class Database:
     """Base of the classes that own one connection: ``tx()`` is a write transaction."""
 
@@ -125,6 +133,10 @@ class Database:
 
     def tx(self) -> AbstractContextManager[None]:
         return transaction(self.db)
+
+    def scrub(self) -> bool:
+        """:func:`checkpoint` this database (after deleting what must leave no trace)."""
+        return checkpoint(self.db)
 
     def close(self) -> None:
         self.db.close()

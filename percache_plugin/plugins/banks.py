@@ -194,7 +194,10 @@ class QABankPlugin:
         gone = set(ids)
         bank = self.bank(ctx)
         built_on = [e.id for e in bank.entries() if gone.intersection(e.sources)]
-        return sum(bank.delete(entry_id) for entry_id in built_on)
+        deleted = sum(bank.delete(entry_id) for entry_id in built_on)
+        if deleted:  # the database file keeps the deleted answers until its WAL is checkpointed
+            bank.scrub()
+        return deleted
 
     @hookimpl(trylast=True)
     def percache_documents_added(self, ctx: AssistantContext, report: AddReport) -> None:

@@ -90,6 +90,7 @@ class HybridIndex:
         self._hnsw.init_index(
             max_elements=256, M=16, ef_construction=200, allow_replace_deleted=True
         )
+        self._blank = np.eye(1, self._dim, dtype=np.float32)  # what a removed chunk's slot holds
         self._bm25 = BM25Ranker(
             lambda: [(e.chunk.id, e.chunk.scope, e.tokens) for e in self._entries.values()])
 
@@ -193,6 +194,9 @@ class HybridIndex:
             entry = self._entries.pop(chunk_id, None)
             if entry is None:
                 continue
+            # mark_deleted alone keeps the vector (in memory and in the next snapshot) until a
+            # new chunk takes the slot: overwrite it first, so no trace of the text is left
+            self._hnsw.add_items(self._blank, [entry.label], num_threads=1)
             self._hnsw.mark_deleted(entry.label)
             del self._by_label[entry.label]
             self._scopes[entry.chunk.scope] -= 1

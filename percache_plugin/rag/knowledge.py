@@ -18,7 +18,7 @@ import os
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +30,7 @@ from .embeddings import Embedder, embed_with_progress
 from .index import HybridIndex
 from .index_files import CorruptIndexError, read_legacy
 from .knowledge_db import ChunkRows
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from .snapshot_lock import snapshot_lock
 
 __all__ = ["KnowledgeBank", "AddReport"]
 
@@ -185,24 +181,13 @@ class KnowledgeBank:
             return self._index
 
     # -- snapshots -----------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _snapshot_lock(self) -> Iterator[None]:
-        assert self.directory is not None
-        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
     def _save(self, *, force: bool = False) -> None:
         """Best-effort index snapshot (the database holds everything): a failure is logged."""
         if self.directory is None or not self._unsaved or (
                 not force and self._unsaved < self.snapshot_every):
             return
         try:
-            with self._snapshot_lock():
+            with snapshot_lock(self.directory):
                 self._index.save(self.directory / "index")
             self._unsaved = 0
         except OSError as exc:
@@ -267,7 +252,7 @@ class KnowledgeBank:
             if changed:
                 self._unsaved += changed
                 self._sync()
-                self._save()
+                self._save(force=bool(replaced))  # the last snapshot holds the replaced text
                 self._write_meta()
             return AddReport(len(documents), tuple(new), len(chunks) - len(new), tuple(replaced),
                              tuple(relabelled))
@@ -313,7 +298,7 @@ class KnowledgeBank:
             if changed:
                 self._unsaved += changed
                 self._sync()
-                self._save()
+                self._save(force=bool(gone))  # the last snapshot holds the removed text
                 self._write_meta()
             return tuple(gone)
 
@@ -335,14 +320,17 @@ class KnowledgeBank:
             removed = self._rows.delete(ids)
             self._sync()
             self._unsaved += removed
-            self._save()
+            self._save(force=True)  # the last snapshot holds the removed text
             return removed
 
     def close(self) -> None:
         """Save an index snapshot if anything changed, and close the database."""
         with self._lock:
-            self._save(force=True)
-            self._rows.close()
+            try:
+                self._sync()  # chunks another handle removed since are not written back
+                self._save(force=True)
+            finally:
+                self._rows.close()
 
     def __len__(self) -> int:
         with self._lock:

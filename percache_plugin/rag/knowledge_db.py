@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..sqlite_tx import Schema, connect, transaction
+from ..sqlite_tx import Schema, checkpoint, connect, transaction
 from .chunking import Chunk
 
 __all__ = ["KB_SCHEMA", "ChunkRows"]
@@ -117,6 +117,8 @@ class ChunkRows:
                                     [(self.generation() + 1, i) for i in relabelled])
             if added or gone or relabelled:
                 self._bump()
+        if gone:  # the database file keeps the deleted text until the WAL is checkpointed
+            checkpoint(self.db)
         return added + len(gone) + len(relabelled), gone, sorted(relabelled)
 
     def _relabel(self, chunk: Chunk) -> bool:
@@ -180,6 +182,8 @@ class ChunkRows:
             self.db.executemany("DELETE FROM kb_members WHERE chunk_id = ?", [(i,) for i in ids])
             if removed:
                 self._bump()
+        if removed:
+            checkpoint(self.db)
         return removed
 
     def fetch(self, ids: Iterable[str]) -> list[tuple[Chunk, np.ndarray | None]]:

@@ -332,6 +332,12 @@ class QABankBase:
             self._committed(victims)
             return len(victims)
 
+    def scrub(self) -> bool:
+        """Checkpoint the database after deletions, so its file keeps no deleted entry's text
+        (``sqlite_tx.checkpoint``); False when a reader elsewhere kept WAL frames."""
+        with self._lock:
+            return self._rows.scrub()
+
     def close(self) -> None:
         """Close the database connection (idempotent)."""
         with self._lock:

@@ -215,3 +215,35 @@ def test_bad_arguments_are_named() -> None:
 
 def test_tokenizer_is_lowercase_words() -> None:
     assert tokenize("Grad B: it's {disfmarker} OK!") == ["grad", "b", "it", "s", "disfmarker", "ok"]
+
+
+def holds_vector(data: bytes, vector: np.ndarray, tol: float = 1e-6) -> bool:
+    """Whether ``data`` holds ``vector`` as float32 at any offset, to ``tol`` (hnswlib stores
+    it normalized again: the last bit may differ)."""
+    vector = np.asarray(vector, np.float32)
+    for shift in range(4):
+        floats = np.frombuffer(data[shift:shift + (len(data) - shift) // 4 * 4], np.float32)
+        if len(floats) >= len(vector):
+            windows = np.lib.stride_tricks.sliding_window_view(floats, len(vector))
+            with np.errstate(invalid="ignore", over="ignore"):
+                if np.any(np.all(np.abs(windows - vector) < tol, axis=1)):
+                    return True
+    return False
+
+
+def test_a_removed_chunks_vector_is_in_no_snapshot_file(tmp_path: Path) -> None:
+    # hnswlib's mark_deleted keeps a removed element's vector, and the HNSW file kept it until a
+    # new chunk took the slot; an embedding is derived from the text, so it goes with the chunk
+    chunks = _chunks(FACTS)
+    index = _index(chunks)
+    vector = index.vectors([chunks[0].id])[0]
+    index.save(tmp_path / "before")
+    assert all(holds_vector(p.read_bytes(), vector) for p in (tmp_path / "before").glob("[he]*")), \
+        "the test must see the vector in the HNSW and embeddings files before"
+    index.remove(chunks[0].id)
+    index.save(tmp_path / "after")
+    assert [p.name for p in (tmp_path / "after").iterdir() if holds_vector(p.read_bytes(), vector)] == []
+    assert FACTS[0] not in _search(index, "choir rehearsal Friday", k=10)
+    assert _search(index, "dentist Tuesday", k=1) == [FACTS[1]]
+    assert index.add(chunks[:1], EMB.embed([FACTS[0]])) == 1  # its slot is taken again
+    assert _search(index, "choir rehearsal Friday", k=1) == [FACTS[0]]
