@@ -168,3 +168,15 @@ def test_a_paragraph_another_document_holds_stays_when_one_drops_it(tmp_path: Pa
     bank.add_documents([{"text": "Ben's note, rewritten without it.", "id": "ben"}])
     assert shared not in [c.text for c in bank.chunks()]  # nobody holds it now
     bank.close()
+
+
+def test_a_bank_closing_does_not_write_back_a_chunk_another_bank_removed(tmp_path: Path) -> None:
+    first, second = _bank(tmp_path), _bank(tmp_path)
+    first.add_documents([{"text": FACTS[0], "id": "choir"}, FACTS[1]])
+    assert len(second) == 2
+    second.add_documents([FACTS[2]])  # a change of its own to save on close
+    first.remove_document("choir", None)
+    first.close()
+    second.close()  # its index still held the choir chunk: it saved it into the snapshot
+    snapshot = b"".join(p.read_bytes() for p in (tmp_path / "index").iterdir())
+    assert b"choir rehearsal" not in snapshot and b"Dentist" in snapshot
