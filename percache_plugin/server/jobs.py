@@ -122,9 +122,11 @@ def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_n
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
     kwargs = {"max_new_tokens": max_new, **sampling.generate_kwargs()}
+    # the stream's prompt mark first: it only watches; a penalty after it edits the scores and
+    # keeps the request away from the QA bank (assistant/exact_kwargs.py)
+    kwargs["logits_processor"] = [stream.processor, *kwargs.get("logits_processor", ())]
     try:
-        answer = pc.ask(question, scope=scope, stopping_criteria=[_StopOnCancel(stream)],
-                        logits_processor=[stream.processor], **kwargs)
+        answer = pc.ask(question, scope=scope, stopping_criteria=[_StopOnCancel(stream)], **kwargs)
     except ClientGone:
         return _cancelled(0, queue_s, arrived)
     ttft: float | None

@@ -1,9 +1,13 @@
-"""Request bodies of ``/v1/chat/completions`` and ``/v1/completions``, checked field by field.
+"""Request bodies of ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/ask``, checked
+field by field.
 
 Parsed from the decoded JSON (no web framework needed), so every refusal is an
-:class:`~percache_plugin.server.errors.APIError` naming the field (OpenAI's ``param``).
-Fields this server does not implement are refused when they would change the answer
-(``n`` above 1, ``logprobs``, tools); the rest of OpenAI's optional fields are ignored.
+:class:`~percache_plugin.server.errors.APIError` naming the field (OpenAI's ``param``). What
+the server does with each field is one table, ``fields.FIELDS``: a field is implemented
+exactly, refused when its value would change the answer (a value that leaves the answer as it
+is, such as ``presence_penalty: 0`` or ``tools: []``, is accepted), or ignored because it cannot
+change the answer (``user``, ``metadata``); a field in no row is refused. Nothing that would
+change the answer is silently dropped.
 """
 
 from __future__ import annotations
@@ -13,29 +17,51 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import APIError
+from .fields import ASK, CHAT, MESSAGE, PART_TYPES, TEXT, Handling, check_fields, shown
+from .penalties import OpenAIPenalties
 
-__all__ = ["Sampling", "ChatRequest", "CompletionRequest", "parse_chat", "parse_completion",
-           "ROLES", "require_object"]
+__all__ = ["Sampling", "ChatRequest", "CompletionRequest", "AskRequest", "parse_chat",
+           "parse_completion", "parse_ask", "ROLES", "require_object", "MIN_TEMPERATURE"]
 
 ROLES = ("system", "developer", "user", "assistant")
 _MAX_STOPS = 4  # as OpenAI's API
+MIN_TEMPERATURE = 1e-30
+"""The smallest temperature above 0 that is sampled: transformers divides the float32 logits by
+it, and below about 1e-36 they overflow to infinities (a 500). 0 is greedy decoding."""
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """How to decode: ``temperature == 0`` is greedy decoding (``do_sample=False``)."""
+    """How to decode: ``temperature == 0`` is greedy decoding (``do_sample=False``).
+
+    The request fixes every sampling setting: ``top_k`` 0 and ``min_p`` 0 (off, as in OpenAI's
+    API) are passed too, so the model's ``generation_config`` (transformers' default ``top_k``
+    is 50) does not narrow a request that did not ask for it."""
 
     max_tokens: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    top_k: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
     def generate_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``model.generate`` (``max_new_tokens`` is set by the caller)."""
-        if self.temperature == 0:
-            return {"do_sample": False}
-        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
+        """Keyword arguments for ``model.generate`` (``max_new_tokens`` is set by the caller).
+        A penalty is passed only when it is on: ``pc.ask`` keeps using the QA bank without one
+        (``assistant/exact_kwargs.py``), and refuses it to a request with one."""
+        kwargs: dict[str, Any] = {"do_sample": False}
+        if self.temperature != 0:
+            kwargs = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p,
+                      "top_k": self.top_k, "min_p": self.min_p}
+        if self.repetition_penalty != 1:
+            kwargs["repetition_penalty"] = self.repetition_penalty
+        if self.presence_penalty or self.frequency_penalty:
+            kwargs["logits_processor"] = [OpenAIPenalties(self.presence_penalty, self.frequency_penalty)]
+        return kwargs
 
 
 @dataclass(frozen=True)
@@ -54,6 +80,13 @@ class CompletionRequest:
     sampling: Sampling = field(default_factory=Sampling)
     stream: bool = False
     include_usage: bool = False
+
+
+@dataclass(frozen=True)
+class AskRequest:
+    question: str
+    sampling: Sampling = field(default_factory=lambda: Sampling(temperature=0.0))
+    stream: bool = False
 
 
 def _bad(param: str, message: str) -> APIError:
@@ -128,25 +161,29 @@ def _model(body: dict[str, Any]) -> str:
     return value
 
 
-def _unsupported(body: dict[str, Any]) -> None:
-    n = _int(body, "n", 1)
-    if n not in (None, 1):
-        raise APIError(400, f"'n' is {n}; this server returns one choice per request (n=1)", param="n")
-    for name in ("logprobs", "tools", "functions", "tool_choice", "response_format", "echo",
-                 "best_of", "suffix", "logit_bias"):
-        value = body.get(name)
-        if value is None or value is False or value == [] or value == {} or (name == "best_of" and value == 1):
-            continue
-        raise APIError(400, f"'{name}' is not supported by this server", param=name)
+def _temperature(body: dict[str, Any], default: float) -> float:
+    value = _float(body, "temperature", default, 0.0, 2.0)
+    if 0 < value < MIN_TEMPERATURE:
+        raise _bad("temperature", f"'temperature' is {value}: send 0 for greedy decoding, or at "
+                   f"least {MIN_TEMPERATURE} (smaller values overflow the sampler)")
+    return value
 
 
-def _sampling(body: dict[str, Any]) -> Sampling:
+def _sampling(body: dict[str, Any], temperature: float = 1.0, stops: bool = True) -> Sampling:
     max_tokens = _int(body, "max_completion_tokens", 1)
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", 1)
-    return Sampling(max_tokens=max_tokens, temperature=_float(body, "temperature", 1.0, 0.0, 2.0),
-                    top_p=_float(body, "top_p", 1.0, 0.0, 1.0), stop=_stop(body),
-                    seed=_int(body, "seed", -(2**63), 2**63 - 1))
+    repetition = _float(body, "repetition_penalty", 1.0, 0.0, 100.0)
+    if repetition == 0:
+        raise _bad("repetition_penalty", "'repetition_penalty' must be above 0 (1 is off)")
+    top_k = _int(body, "top_k", -1)
+    return Sampling(max_tokens=max_tokens, temperature=_temperature(body, temperature),
+                    top_p=_float(body, "top_p", 1.0, 0.0, 1.0), stop=_stop(body) if stops else (),
+                    seed=_int(body, "seed", -(2**63), 2**63 - 1),
+                    top_k=max(top_k or 0, 0), min_p=_float(body, "min_p", 0.0, 0.0, 1.0),
+                    presence_penalty=_float(body, "presence_penalty", 0.0, -2.0, 2.0),
+                    frequency_penalty=_float(body, "frequency_penalty", 0.0, -2.0, 2.0),
+                    repetition_penalty=repetition)
 
 
 def _include_usage(body: dict[str, Any]) -> bool:
@@ -155,20 +192,30 @@ def _include_usage(body: dict[str, Any]) -> bool:
         return False
     if not isinstance(options, dict):
         raise _bad("stream_options", f"'stream_options' must be an object, got {_kind(options)}")
+    unknown = sorted(set(options) - {"include_usage", "include_obfuscation"})
+    if unknown:
+        raise APIError(400, f"Unrecognized request argument supplied: stream_options.{unknown[0]}",
+                       param=f"stream_options.{unknown[0]}", code="unknown_parameter")
     return _bool(options, "include_usage")
+
+
+def _part(i: int, j: int, part: Any) -> str:
+    param = f"messages[{i}].content[{j}]"
+    kind = part.get("type") if isinstance(part, dict) else None
+    handling, why = PART_TYPES.get(kind, (None, "")) if isinstance(kind, str) else (None, "")
+    if handling is Handling.REFUSED:
+        raise APIError(400, f"{param} is a {kind!r} part, which is not supported by this server: {why}",
+                       param=param, code="unsupported_content")
+    if handling is None or not isinstance(part, dict) or not isinstance(part.get("text"), str):
+        raise _bad(param, f"{param} must be a text part ({{'type': 'text', 'text': ...}}), got {shown(part)}")
+    return str(part["text"])
 
 
 def _content(i: int, value: Any) -> str:
     if isinstance(value, str):
         return value
-    if isinstance(value, list):  # content parts: text only
-        texts = []
-        for part in value:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise _bad(f"messages[{i}].content",
-                           f"messages[{i}].content: only text parts ({{'type': 'text', 'text': ...}}) are supported")
-            texts.append(part["text"])
-        return "".join(texts)
+    if isinstance(value, list):  # content parts: text parts, joined as they come
+        return "".join(_part(i, j, part) for j, part in enumerate(value))
     raise _bad(f"messages[{i}].content", f"messages[{i}].content must be a string, got {_kind(value)}")
 
 
@@ -183,6 +230,7 @@ def _messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
     for i, m in enumerate(value):
         if not isinstance(m, dict):
             raise _bad(f"messages[{i}]", f"messages[{i}] must be an object, got {_kind(m)}")
+        check_fields(m, MESSAGE, f"messages[{i}].")
         role = m.get("role")
         if role not in ROLES:
             raise _bad(f"messages[{i}].role", f"messages[{i}].role is {role!r}; expected one of {', '.join(ROLES)}")
@@ -194,7 +242,7 @@ def _messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
 def parse_chat(body: Any) -> ChatRequest:
     """A checked chat request. :raises APIError: 400 naming the field at fault."""
     body = require_object(body)
-    _unsupported(body)
+    check_fields(body, CHAT)
     return ChatRequest(model=_model(body), messages=_messages(body), sampling=_sampling(body),
                        stream=_bool(body, "stream"), include_usage=_include_usage(body))
 
@@ -202,7 +250,7 @@ def parse_chat(body: Any) -> ChatRequest:
 def parse_completion(body: Any) -> CompletionRequest:
     """A checked completion request (``prompt``: a string, one-string array, or token ids)."""
     body = require_object(body)
-    _unsupported(body)
+    check_fields(body, TEXT)
     value = body.get("prompt")
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
         value = value[0]  # a batch of one
@@ -218,3 +266,15 @@ def parse_completion(body: Any) -> CompletionRequest:
                    f"request), got {_kind(value)}")
     return CompletionRequest(model=_model(body), prompt=prompt, sampling=_sampling(body),
                              stream=_bool(body, "stream"), include_usage=_include_usage(body))
+
+
+def parse_ask(body: Any) -> AskRequest:
+    """A checked ``/v1/ask`` request: ``question``, ``max_tokens``, ``stream`` and the sampling
+    fields (greedy unless ``temperature`` is given)."""
+    body = require_object(body)
+    check_fields(body, ASK)
+    question = body.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise APIError(400, "'question' must be a non-empty string", param="question")
+    return AskRequest(question, _sampling(body, temperature=0.0, stops=False),
+                      _bool(body, "stream"))

@@ -14,7 +14,7 @@ from starlette.routing import Route
 from .errors import APIError
 from .formats import Format
 from .jobs import run_ask
-from .requests import Sampling, require_object
+from .requests import parse_ask, require_object
 from .respond import respond
 from .state import ServerState
 from .stream import TextStream
@@ -45,19 +45,6 @@ def parse_documents(body: Any) -> list[str | dict[str, Any]]:
     return docs
 
 
-def _ask_sampling(body: dict[str, Any]) -> tuple[str, Sampling, bool]:
-    question = body.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise APIError(400, "'question' must be a non-empty string", param="question")
-    max_tokens = body.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise APIError(400, "'max_tokens' must be a positive integer", param="max_tokens")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise APIError(400, "'stream' must be a boolean", param="stream")
-    return question, Sampling(max_tokens=max_tokens, temperature=0.0), stream
-
-
 def rag_routes(state: ServerState) -> list[Route]:
     pc = state.pc
 
@@ -76,8 +63,8 @@ def rag_routes(state: ServerState) -> list[Route]:
     async def ask(request: Request) -> Response:
         arrived = time.perf_counter()
         scope = state.scope(request)
-        body = require_object(await state.body(request))
-        question, sampling, streaming = _ask_sampling(body)
+        req = parse_ask(await state.body(request))
+        question, sampling = req.question, req.sampling
         if len(question) > state.settings.max_question_chars:
             raise APIError(400, f"'question' has {len(question)} characters; at most "
                            f"{state.settings.max_question_chars}", param="question")
@@ -88,7 +75,7 @@ def rag_routes(state: ServerState) -> list[Route]:
             return run_ask(pc, question, scope, sampling, max_new, stream, arrived, queue_s)
 
         return await respond(request, state.runner, "ask", job, stream,
-                             Format("answer", state.settings.model_name), streaming=streaming)
+                             Format("answer", state.settings.model_name), streaming=req.stream)
 
     return [Route("/v1/documents", documents, methods=["POST"]), Route("/v1/ask", ask, methods=["POST"])]
 

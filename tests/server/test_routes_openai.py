@@ -144,8 +144,17 @@ def test_seeded_sampling_repeats(server: Any) -> None:
      "max_tokens", "invalid_type"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, 400,
      "stream", "invalid_type"),
-    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", None),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", "unsupported_parameter"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stop": ["a"] * 5}, 400, "stop", None),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"1": 5}}, 400,
+     "logit_bias", "unsupported_parameter"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi", "name": "ana"}]}, 400, "messages[0].name",
+     "unsupported_parameter"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]}, 400,
+     "messages[0].content[0]", "unsupported_content"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "extra_body": {"mirostat": 2}}, 400,
+     "mirostat", "unknown_parameter"),
 ])
 def test_bad_requests_get_openai_errors(server: Any, body: dict[str, Any], status: int,
                                         param: str, code: str | None) -> None:

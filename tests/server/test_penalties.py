@@ -1,0 +1,108 @@
+"""Penalties and the extension sampling fields are honoured exactly (OpenAI's formula against a
+hand-written decoding loop, drafted decoding included), and a request carrying a penalty is
+never served a stored greedy answer from the QA bank, nor stores its answer there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from percache_plugin.server.penalties import OpenAIPenalties
+from tests.helpers import baseline
+from tests.server.conftest import MODEL, post_json
+from tests.server.test_routes_rag import DOCS
+
+PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat. the cat"
+
+
+def _reference(model: Any, ids: list[int], n: int, presence: float, frequency: float) -> list[int]:
+    """Greedy decoding with OpenAI's penalties, one full forward per token, counts by hand."""
+    seq = list(ids)
+    with torch.inference_mode():
+        for _ in range(n):
+            logits = model(torch.tensor([seq])).logits[0, -1].float()
+            generated = seq[len(ids):]
+            for t in set(generated):
+                logits[t] -= generated.count(t) * frequency + presence
+            seq.append(int(torch.argmax(logits)))
+    return seq[len(ids):]
+
+
+def test_the_processor_is_openais_formula() -> None:
+    scores = torch.zeros((1, 6))
+    ids = torch.tensor([[5, 5, 1, 2, 2, 2, 4]])  # prompt [5, 5]: not counted
+    out = OpenAIPenalties(0.5, 1.5, prompt_tokens=2)(ids, scores)  # type: ignore[arg-type]
+    assert out.tolist() == [[0.0, -2.0, -5.0, 0.0, -2.0, 0.0]]
+    learnt = OpenAIPenalties(0.5, 1.5)
+    assert learnt(ids[:, :2], scores).tolist() == scores.tolist()  # type: ignore[arg-type]
+    assert learnt(ids, scores).tolist() == out.tolist()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("presence", "frequency"), [(0.0, 1.5), (0.5, 0.0), (-1.0, 0.3)])
+def test_penalties_stay_exact_under_drafted_decoding(pc: Any, presence: float, frequency: float) -> None:
+    ids = pc.tokenizer(PROMPT)["input_ids"]
+    want = _reference(pc.model, ids, 16, presence, frequency)
+    assert want != baseline(pc.model, ids, 16)[0]  # the penalty changes this answer
+    gen = pc.complete(PROMPT, max_new_tokens=16, do_sample=False,
+                      logits_processor=[OpenAIPenalties(presence, frequency)])
+    assert gen.token_ids == want
+    assert gen.stats.drafting == "on" and gen.stats.tokens_drafted > 0  # drafts were verified
+
+
+def test_chat_and_completions_apply_the_penalties(pc: Any, server: Any) -> None:
+    ids = pc.tokenizer(PROMPT)["input_ids"]
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 16, "temperature": 0}
+    penalised = post_json(server, "/v1/completions", {**body, "frequency_penalty": 1.5})[1]
+    want = _reference(pc.model, ids, 16, 0.0, 1.5)
+    assert penalised["choices"][0]["text"] == pc.tokenizer.decode(want, skip_special_tokens=True)
+    plain = post_json(server, "/v1/completions", body)[1]["choices"][0]["text"]
+    assert plain != penalised["choices"][0]["text"]
+    zero = post_json(server, "/v1/completions", {**body, "presence_penalty": 0, "frequency_penalty": 0.0})
+    assert zero[0] == 200 and zero[1]["choices"][0]["text"] == plain  # defaults are accepted
+    messages = [{"role": "user", "content": PROMPT}]
+    chat = post_json(server, "/v1/chat/completions", {"model": MODEL, "messages": messages, "max_tokens": 12,
+                                                      "temperature": 0, "presence_penalty": 1.0})[1]
+    chat_ids = pc.tokenizer(pc.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                            add_special_tokens=False)["input_ids"]
+    want = _reference(pc.model, chat_ids, 12, 1.0, 0.0)
+    assert chat["choices"][0]["message"]["content"] == pc.tokenizer.decode(want, skip_special_tokens=True)
+
+
+def test_repetition_penalty_is_transformers_own(pc: Any, server: Any) -> None:
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 16, "temperature": 0, "repetition_penalty": 1.3}
+    got = post_json(server, "/v1/completions", body)[1]["choices"][0]["text"]
+    x = torch.tensor([pc.tokenizer(PROMPT)["input_ids"]])
+    with torch.inference_mode():
+        out = pc.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=16, do_sample=False,
+                                repetition_penalty=1.3, pad_token_id=0)
+    want = pc.tokenizer.decode(out[0, x.shape[1]:].tolist(), skip_special_tokens=True)
+    assert got == want and got != post_json(server, "/v1/completions", {**body, "repetition_penalty": 1})[1][
+        "choices"][0]["text"]
+
+
+@pytest.mark.parametrize("narrow", [{"top_k": 1}, {"min_p": 1.0}])
+def test_top_k_and_min_p_narrow_sampling(server: Any, narrow: dict[str, Any]) -> None:
+    """Keeping only the top token, sampling gives the greedy answer (top_k and min_p were
+    ignored: the seeded sample was another answer)."""
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 16}
+    greedy = post_json(server, "/v1/completions", {**body, "temperature": 0})[1]["choices"][0]["text"]
+    sampled = {**body, "temperature": 1.0, "seed": 3}
+    assert post_json(server, "/v1/completions", sampled)[1]["choices"][0]["text"] != greedy
+    assert post_json(server, "/v1/completions", {**sampled, **narrow})[1]["choices"][0]["text"] == greedy
+
+
+def test_a_penalised_ask_is_not_served_nor_stored_by_the_qa_bank(pc: Any, server: Any) -> None:
+    post_json(server, "/v1/documents", {"documents": DOCS})
+    ask = {"question": "When is the choir rehearsal?", "max_tokens": 8}
+    first = post_json(server, "/v1/ask", ask)[1]
+    assert first["source"] == "generated" and len(pc.qa_bank.entries()) == 1
+    for penalty in ({"frequency_penalty": 1.5}, {"presence_penalty": 1.0}, {"repetition_penalty": 1.3}):
+        status, got = post_json(server, "/v1/ask", {**ask, **penalty})
+        assert status == 200 and got["source"] == "generated", penalty  # not the stored greedy answer
+        assert len(pc.qa_bank.entries()) == 1  # nor stored as one
+    zero = post_json(server, "/v1/ask", {**ask, "presence_penalty": 0, "frequency_penalty": 0})[1]
+    assert zero["source"] == "qa_bank" and zero["answer"] == first["answer"]
+    status, got = post_json(server, "/v1/ask", {**ask, "scope": "bob"})
+    assert status == 400 and got["error"]["param"] == "scope"  # a field /v1/ask does not know
