@@ -1,5 +1,5 @@
-"""Penalties and the extension sampling fields are honoured exactly (OpenAI's formula against a
-hand-written decoding loop, drafted decoding included), and a request carrying a penalty is
+"""Penalties and the extension sampling fields are honoured exactly (OpenAI's formula checked by
+hand; the server's tokens, drafted decoding included, are plain ``generate``'s with it), and a request carrying a penalty is
 never served a stored greedy answer from the QA bank, nor stores its answer there."""
 
 from __future__ import annotations
@@ -18,19 +18,17 @@ PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat
 
 
 def _reference(model: Any, ids: list[int], n: int, presence: float, frequency: float) -> list[int]:
-    """Greedy decoding with OpenAI's penalties, one full forward per token, counts by hand."""
-    seq = list(ids)
+    """Plain ``model.generate`` (no percache) with the penalties: the tokens an exact server
+    gives (the formula itself is checked by hand below)."""
+    x = torch.tensor([ids])
     with torch.inference_mode():
-        for _ in range(n):
-            logits = model(torch.tensor([seq])).logits[0, -1].float()
-            generated = seq[len(ids):]
-            for t in set(generated):
-                logits[t] -= generated.count(t) * frequency + presence
-            seq.append(int(torch.argmax(logits)))
-    return seq[len(ids):]
+        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
+                             pad_token_id=0, logits_processor=[OpenAIPenalties(presence, frequency)])
+    return list(out[0, len(ids):].tolist())
 
 
 def test_the_processor_is_openais_formula() -> None:
+    """logits[j] -= c[j] * frequency + (c[j] > 0) * presence, c counting generated tokens only."""
     scores = torch.zeros((1, 6))
     ids = torch.tensor([[5, 5, 1, 2, 2, 2, 4]])  # prompt [5, 5]: not counted
     out = OpenAIPenalties(0.5, 1.5, prompt_tokens=2)(ids, scores)  # type: ignore[arg-type]
@@ -82,10 +80,10 @@ def test_repetition_penalty_is_transformers_own(pc: Any, server: Any) -> None:
         "choices"][0]["text"]
 
 
-@pytest.mark.parametrize("narrow", [{"top_k": 1}, {"min_p": 1.0}])
-def test_top_k_and_min_p_narrow_sampling(server: Any, narrow: dict[str, Any]) -> None:
+@pytest.mark.parametrize("narrow", [{"top_k": 1}, {"min_p": 1.0}, {"top_p": 0}])
+def test_top_k_min_p_and_top_p_narrow_sampling(server: Any, narrow: dict[str, Any]) -> None:
     """Keeping only the top token, sampling gives the greedy answer (top_k and min_p were
-    ignored: the seeded sample was another answer)."""
+    ignored: the seeded sample was another answer; top_p 0 always kept the top token)."""
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 16}
     greedy = post_json(server, "/v1/completions", {**body, "temperature": 0})[1]["choices"][0]["text"]
     sampled = {**body, "temperature": 1.0, "seed": 3}
