@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
@@ -31,7 +31,7 @@ class IdleTask:
 
     :ivar kind: ``answer`` (compute the real answer of a question served from the QA bank),
         ``refresh`` (regenerate a stale QA entry after new documents), ``abstract`` (summarize
-        new chunks of ``scope``), ``predict_knowledge`` / ``predict_history`` (predict
+        new chunks of ``scope``; question ``rebuild``: every chunk of it, after a removal), ``predict_knowledge`` / ``predict_history`` (predict
         questions; ``question`` names the round), ``populate`` (process a predicted question),
         ``decode`` (answer a prefill-only entry), ``reprefill`` (restore evicted chunk K/V).
     """
@@ -130,6 +130,14 @@ class IdleQueue:
     def done(self, task: IdleTask) -> None:
         with self._lock:
             self._db.execute("DELETE FROM idle_tasks WHERE id = ?", (task.id,))
+
+    def drop(self, kind: str, keep: Callable[[str], bool]) -> int:
+        """Remove the queued tasks of ``kind`` whose question ``keep`` rejects; returns how many."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, question FROM idle_tasks WHERE kind = ?", (kind,)).fetchall()
+            gone = [(i,) for i, question in rows if not keep(question)]
+            self._db.executemany("DELETE FROM idle_tasks WHERE id = ?", gone)
+            return len(gone)
 
     def pending(self) -> list[IdleTask]:
         with self._lock:

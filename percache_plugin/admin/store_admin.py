@@ -29,6 +29,7 @@ from ..kv.chunk_nodes import delete_chunk_kv
 from ..kv.locks import DirectoryLock
 from ..kv.store import DB_NAME, KVStore, stored_fingerprints
 from ..personas.heads import HEADS_DIR as _PERSONA_HEADS
+from ..predict.forget import forget_stored_predictions
 from ..rag.chunking import Chunk
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
@@ -241,7 +242,8 @@ class StoreAdmin:
     # -- changing ------------------------------------------------------------------------
     def remove_document(self, doc_id: str, *, scope: str | None = None) -> RemoveReport:
         """Remove a document: its chunks, the K/V built on them (every fingerprint, with the
-        prefix-tree nodes computed after them) and the QA entries whose answers used them.
+        prefix-tree nodes computed after them), the QA entries whose answers used them, the
+        abstracts summarizing them and the idle tasks naming them.
         ``scope`` narrows the match when the same id exists in several scopes.
 
         :raises KeyError: when no chunk belongs to ``doc_id``.
@@ -261,6 +263,7 @@ class StoreAdmin:
             for entry_id in qa:
                 self.qa_bank.delete(entry_id)
             kv_nodes = delete_chunk_kv((self.kv_store(fp) for fp in self.fingerprints()), held)
+            forget_stored_predictions(self.path / DB_NAME, held)  # built again by a handle
             gone = [cid for s in scopes for cid in kb.remove_document(doc_id, s)]
             return RemoveReport(len(scopes), len(gone), kv_nodes, len(qa))
 

@@ -20,6 +20,7 @@ from ..idle import IdleQueue, IdleReport, IdleTask
 from ..kv.chunk_nodes import delete_chunk_kv
 from ..kv.store import DB_NAME
 from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
+from ..plugins.removal import forget_predictions
 from ..predict.state import PredictionState
 from ..rag.chunking import Document
 from ..rag.embeddings import Embedder, load_embedder
@@ -57,7 +58,8 @@ class Assistant:
         self._worker: IdleWorker | None = None
         self.task_runners: Registry[TaskRunner] = Registry("idle task kind")
         engine.hooks.register_idle_tasks(self.task_runners.register)
-        self.ctx = AssistantContext(engine.ctx, lambda: self.embedder, lambda: self.idle_queue)
+        self.ctx = AssistantContext(engine.ctx, lambda: self.embedder, lambda: self.idle_queue,
+                                    lambda: self.prediction_state)
         self.idle_context = IdleContext(
             self.ctx, generate=engine.generate, prefill=engine.prefill, tokenizer=engine.tokenizer,
             n_parameters=engine.n_parameters, prediction_state=lambda: self.prediction_state,
@@ -148,6 +150,8 @@ class Assistant:
                 self.hooks.sources_forgotten(self.ctx, report.replaced_chunks)
                 with best_effort("deleting the K/V of replaced chunks", self.engine.stats()):
                     delete_chunk_kv(self.engine.ctx.every_store(), set(report.replaced_chunks))
+                with best_effort("dropping the predictions of replaced chunks", self.engine.stats()):
+                    forget_predictions(self.ctx, set(report.replaced_chunks))
             if report.relabelled_chunks:
                 self.hooks.sources_forgotten(self.ctx, report.relabelled_chunks)
             self.hooks.documents_added(self.ctx, report)

@@ -17,12 +17,13 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from ..hooks.specs import hookimpl
 from ..idle import IdleReport, IdleTask
 from ..predict.parse import parse_questions
+from ..predict.state import REBUILD_ABSTRACT, task_chunk
 from ..predict.templates import load_template
 from ..segments import Segment
 from ..stats import GenerationStats
 from .ask import segments_for
 from .disputes import contradicts
-from .scheduler import CHUNK_TASK, TaskCost, population_mode, spread
+from .scheduler import TaskCost, population_mode, spread
 from .warm import WARM_KIND, warm_chunk
 
 if TYPE_CHECKING:
@@ -49,13 +50,18 @@ def _account(c: IdleContext, report: IdleReport, kind: str, stats: GenerationSta
 
 def _abstract(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     state = c.prediction_state
+    rebuild = task.question == REBUILD_ABSTRACT
+    if rebuild:  # chunks it was built from were removed: from what the scope holds now, in order
+        state.clear_pending(task.scope, state.pending(task.scope))
+        state.add_pending(task.scope, _scope_chunks(c, task.scope))
     pending = state.pending(task.scope)
     if not pending:
         return
     picked = spread(pending, c.ctx.config.abstract_max_chunks)
     instruction = load_template("abstract", c.ctx.config.prompt_dir)
-    notes = [state.abstract(task.scope)] if state.abstract(task.scope) else []
+    notes = [state.abstract(task.scope)] if state.abstract(task.scope) and not rebuild else []
     step = c.ctx.config.abstract_batch_chunks
+    used: list[str] = []
     for i in range(0, len(picked), step):
         chunks = c.ctx.hooks.resolve_chunks(c.ctx, picked[i:i + step])
         if chunks is None:
@@ -65,9 +71,17 @@ def _abstract(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
         gen = c.generate(segs, max_new_tokens=c.ctx.config.background_max_new_tokens, do_sample=False)
         _account(c, report, "abstract", gen.stats)
         notes.append(gen.text.strip())
+        used += [ch.id for ch in chunks]
     words = " ".join(notes).split()
-    state.set_abstract(task.scope, " ".join(words[-c.ctx.config.abstract_max_words:]))
+    state.set_abstract(task.scope, " ".join(words[-c.ctx.config.abstract_max_words:]), used,
+                       continued=not rebuild)
     state.clear_pending(task.scope, pending)
+
+
+def _scope_chunks(c: IdleContext, scope: str | None) -> list[str]:
+    """The ids of the chunks of ``scope`` (of it alone: listing None lists every scope)."""
+    chunks = c.ctx.hooks.resolve_chunks(c.ctx, c.ctx.hooks.list_chunks(c.ctx, scope)) or []
+    return [ch.id for ch in chunks if ch.scope == scope]
 
 
 def round_seed(task: IdleTask, source: str) -> int:
@@ -97,11 +111,11 @@ class _StopAtBlankLine(StoppingCriteria):
 def _knowledge_source(c: IdleContext, task: IdleTask) -> tuple[str, bool]:
     """The note a knowledge prediction asks about (``""`` if it is gone), and whether this
     round samples (later rounds) rather than decoding greedily (the first)."""
-    if not task.question.startswith(CHUNK_TASK):  # an older queue entry: the abstract
+    named = task_chunk(task.question)
+    if named is None:  # an older queue entry: the abstract
         return c.prediction_state.abstract(task.scope), True
-    cid, _, later = task.question[len(CHUNK_TASK):].partition(" round ")
-    chunks = c.ctx.hooks.resolve_chunks(c.ctx, (cid,))
-    return (chunks[0].text if chunks else ""), bool(later)
+    chunks = c.ctx.hooks.resolve_chunks(c.ctx, (named[0],))
+    return (chunks[0].text if chunks else ""), named[1]
 
 
 def _predict(c: IdleContext, task: IdleTask, report: IdleReport) -> None:

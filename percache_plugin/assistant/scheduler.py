@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core.preemption import Preempted
 from ..idle import IdleReport, IdleTask
+from ..predict.state import CHUNK_TASK, ROUND_TASK
 from ..rag.qa_types import ALL_SCOPES
 from .ask import segments_for
 from .warm import queue_warm
@@ -63,8 +64,6 @@ def population_mode(a: Assistant | AssistantContext) -> str:
 
 
 # -- triggers ----------------------------------------------------------------------------------
-CHUNK_TASK = "chunk "  # a knowledge prediction about one chunk: "chunk <id>", round 1
-ROUND_TASK = "chunk {id} round {r}"  # later rounds sample other questions
 
 
 def spread(items: list[str], n: int) -> list[str]:

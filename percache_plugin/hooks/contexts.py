@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..idle import IdleQueue
     from ..kv.recompute import RecomputeStrategy
     from ..kv.store import KVStore
+    from ..predict.state import PredictionState
     from ..rag.embeddings import Embedder
     from .manager import Hooks
 
@@ -76,10 +77,12 @@ class AssistantContext:
     """
 
     def __init__(self, engine: EngineContext, embedder: Callable[[], Embedder],
-                 idle_queue: Callable[[], IdleQueue]) -> None:
+                 idle_queue: Callable[[], IdleQueue],
+                 prediction_state: Callable[[], PredictionState] | None = None) -> None:
         self.engine = engine
         self._embedder = embedder
         self._idle_queue = idle_queue
+        self._prediction_state = prediction_state
 
     @property
     def config(self) -> Config:
@@ -99,6 +102,11 @@ class AssistantContext:
     def idle_queue(self) -> IdleQueue:
         """Work deferred to idle time (push tasks here)."""
         return self._idle_queue()
+
+    @property
+    def prediction_state(self) -> PredictionState | None:
+        """The prediction layer's abstracts and pending chunks (None: no assistant keeps one)."""
+        return None if self._prediction_state is None else self._prediction_state()
 
     def data_path(self, name: str) -> Path | None:
         """Where a component named ``name`` keeps its files beside the K/V store (None: memory)."""

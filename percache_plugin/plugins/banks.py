@@ -15,11 +15,11 @@ import numpy as np
 
 from ..core.query import Query
 from ..hooks.specs import hookimpl
-from ..kv.chunk_nodes import delete_chunk_kv
 from ..kv.store import DB_NAME
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank
 from .answer_binding import answer_model, generation_defaults, same_settings
+from .removal import forget_chunks
 
 if TYPE_CHECKING:
     from ..hooks.contexts import AssistantContext
@@ -46,7 +46,7 @@ class KnowledgeRetrieval:
         if self._bank is None:
             self._bank = KnowledgeBank(ctx.data_path("knowledge"), ctx.embedder,
                                        chunk_words=ctx.config.chunk_words)
-            self._bank.before_remove = lambda ids: _forget_chunks(ctx, ids)
+            self._bank.before_remove = lambda ids: forget_chunks(ctx, ids)
         return self._bank
 
     def set_chunk_words(self, words: int) -> None:
@@ -97,16 +97,6 @@ class KnowledgeRetrieval:
         if not all(i in bank.index for i in ids):
             return None
         return [bank.chunk(i) for i in ids]
-
-
-def _forget_chunks(ctx: AssistantContext, ids: frozenset[str]) -> None:
-    """Before the bank's ``remove_document`` / ``remove_chunks`` delete chunks: the answers
-    built on them (hook ``percache_sources_forgotten``) and their K/V under every model
-    fingerprint, as re-adding a document and ``percache store remove --doc`` do; a failure
-    raises before any chunk is deleted."""
-    if ids:
-        ctx.hooks.sources_forgotten(ctx, sorted(ids))
-        delete_chunk_kv(ctx.engine.every_store(), ids)
 
 
 class QABankPlugin:

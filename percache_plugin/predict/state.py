@@ -1,15 +1,23 @@
-"""Persistent state of the prediction layer: per-scope abstract, pending chunks, history."""
+"""Persistent state of the prediction layer: per-scope abstract (with the chunks it was built
+from), pending chunks, history."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from ..sqlite_tx import Schema, connect
+from ..sqlite_tx import Schema, checkpoint, connect, transaction
 
-__all__ = ["PredictionState"]
+__all__ = ["CHUNK_TASK", "PredictionState", "REBUILD_ABSTRACT", "ROUND_TASK", "task_chunk"]
+
+CHUNK_TASK = "chunk "  # a knowledge prediction about one chunk: "chunk <id>", round 1
+ROUND_TASK = "chunk {id} round {r}"  # later rounds sample other questions
+
+# The question of an ``abstract`` idle task that builds the scope's abstract again from every
+# chunk the scope holds (queued when chunks it was built from were removed).
+REBUILD_ABSTRACT = "rebuild"
 
 _SCHEMA = Schema("predict", 1, """
 CREATE TABLE IF NOT EXISTS predict_abstract (scope TEXT PRIMARY KEY, text TEXT NOT NULL, updated REAL NOT NULL);
@@ -17,7 +25,20 @@ CREATE TABLE IF NOT EXISTS predict_pending (scope TEXT, chunk_id TEXT NOT NULL, 
     PRIMARY KEY (scope, chunk_id));
 CREATE TABLE IF NOT EXISTS predict_history (id INTEGER PRIMARY KEY AUTOINCREMENT, scope TEXT,
     question TEXT NOT NULL, asked REAL NOT NULL);
-""")
+CREATE TABLE IF NOT EXISTS predict_abstract_sources (scope TEXT NOT NULL, chunk_id TEXT NOT NULL,
+    PRIMARY KEY (scope, chunk_id));
+""")  # predict_abstract_sources came later: an abstract of an older store has no rows there
+
+
+def task_chunk(question: str) -> tuple[str, bool] | None:
+    """The chunk id a knowledge prediction task names, and whether it is a later round; None
+    for an older queue entry (which asked about the abstract)."""
+    if not question.startswith(CHUNK_TASK):
+        return None
+    cid, _, later = question[len(CHUNK_TASK):].partition(" round ")
+    return cid, bool(later)
+
+
 _NULL = "\x00none"  # SQLite primary keys treat NULLs as distinct; store the None scope as a marker
 
 
@@ -39,10 +60,38 @@ class PredictionState:
             row = self._db.execute("SELECT text FROM predict_abstract WHERE scope = ?", (_s(scope),)).fetchone()
             return "" if row is None else str(row[0])
 
-    def set_abstract(self, scope: str | None, text: str) -> None:
-        with self._lock:
+    def set_abstract(self, scope: str | None, text: str, sources: Sequence[str] = (), *,
+                     continued: bool = True) -> None:
+        """Set the scope's abstract; ``sources``: the chunks summarized into it now, added to
+        those of the abstract it continues (``continued``) or replacing them."""
+        with self._lock, transaction(self._db):
+            if not continued:
+                self._db.execute("DELETE FROM predict_abstract_sources WHERE scope = ?", (_s(scope),))
             self._db.execute("INSERT OR REPLACE INTO predict_abstract VALUES (?, ?, ?)",
                              (_s(scope), text, time.time()))
+            self._db.executemany("INSERT OR IGNORE INTO predict_abstract_sources VALUES (?, ?)",
+                                 [(_s(scope), c) for c in sources])
+
+    def forget_chunks(self, chunk_ids: Collection[str]) -> list[str | None]:
+        """Removed chunks: drop them from the pending lists, and drop every abstract built from
+        one of them, or whose sources are not recorded (an older store's); returns the scopes
+        whose abstract was dropped. The database is checkpointed, so its file keeps no text
+        of a dropped abstract."""
+        ids = set(chunk_ids)
+        with self._lock, transaction(self._db):
+            self._db.executemany("DELETE FROM predict_pending WHERE chunk_id = ?", [(c,) for c in ids])
+            built = {s for s, c in self._db.execute("SELECT scope, chunk_id FROM predict_abstract_sources")
+                     if c in ids}
+            unknown = {r[0] for r in self._db.execute(
+                "SELECT scope FROM predict_abstract WHERE scope NOT IN "
+                "(SELECT scope FROM predict_abstract_sources)")}
+            dropped = sorted(built | unknown)
+            self._db.executemany("DELETE FROM predict_abstract WHERE scope = ?", [(s,) for s in dropped])
+            self._db.executemany("DELETE FROM predict_abstract_sources WHERE scope = ?",
+                                 [(s,) for s in dropped])
+        if dropped:
+            checkpoint(self._db)
+        return [None if s == _NULL else s for s in dropped]
 
     # chunks waiting for the abstract ------------------------------------------------------------
     def add_pending(self, scope: str | None, chunk_ids: Sequence[str]) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import percache_plugin as percache
+from percache_plugin.admin import StoreAdmin
 from tests.assistant.test_assistant import BEN, GEN, _pc
 from tests.rag.test_rag_index import holds_vector
 
@@ -57,3 +58,56 @@ def test_a_removed_document_leaves_no_text_or_embedding_in_the_store(tmp_path: P
     assert pc.ask(Q, scope="me", **GEN).source == "generated"
     pc.close()
     assert files_holding(tmp_path, NEEDLES, vector) == []
+
+
+def _predicting(store: Path) -> percache.PerCache:
+    pc = _pc(store)
+    pc.configure(predict="knowledge", prediction_quiet_s=0.0)
+    return pc
+
+
+@pytest.mark.parametrize("removal", list(REMOVALS))
+def test_the_abstract_built_from_a_removed_document_is_dropped_and_rebuilt(tmp_path: Path, removal: str) -> None:
+    pc = _predicting(tmp_path / "s")
+    pc.add_documents([SECRET, BEN], scope="me")
+    pc.add_documents([{"text": "Carl: the projector is in room 4.", "id": "carl"}], scope="you")
+    pc.idle()
+    assert pc.prediction_state.abstract("me") and pc.prediction_state.abstract("you")
+    you = pc.prediction_state.abstract("you")
+    gone = {c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"}
+    REMOVALS[removal](pc)
+    assert pc.prediction_state.abstract("me") == ""  # at once, not at the next idle time
+    assert pc.prediction_state.abstract("you") == you  # another scope's stays
+    queued = pc.idle_queue.pending()
+    assert not any(cid in t.question for t in queued for cid in gone)  # no task names them
+    assert any(t.kind == "abstract" and t.scope == "me" for t in queued)
+    pc.idle()
+    rebuilt = pc.prediction_state.abstract("me")
+    pc.close()
+    fresh = _predicting(tmp_path / "fresh")  # built from what is left, as a fresh store would
+    fresh.add_documents([BEN] if removal != "replace" else [BEN, OTHER], scope="me")
+    fresh.idle()
+    assert rebuilt and rebuilt == fresh.prediction_state.abstract("me")
+    fresh.close()
+
+
+def test_store_remove_doc_leaves_no_text_embedding_or_abstract(tmp_path: Path) -> None:
+    pc = _predicting(tmp_path)
+    pc.add_documents([SECRET, BEN], scope="me")
+    pc.idle()
+    assert pc.ask(Q, scope="me", **GEN).source == "generated"
+    pc.correct(pc.qa_bank.entries(scope="me")[0].id, "Every second Tuesday, with code 4417.")
+    gone = next(c.id for c in pc.knowledge.chunks() if c.doc_id == "zz")
+    vector = pc.knowledge.index.vectors([gone])[0]
+    assert pc.prediction_state.abstract("me")
+    pc.close()
+    assert files_holding(tmp_path, NEEDLES, vector)
+    with StoreAdmin(tmp_path) as admin:
+        admin.remove_document("zz")
+    assert files_holding(tmp_path, NEEDLES, vector) == []
+    pc = _predicting(tmp_path)
+    assert pc.prediction_state.abstract("me") == ""
+    assert any(t.kind == "abstract" and t.scope == "me" for t in pc.idle_queue.pending())
+    pc.idle()
+    assert pc.prediction_state.abstract("me")  # built again from what is left
+    pc.close()

@@ -89,7 +89,9 @@ def test_warming_stops_at_its_share_of_the_byte_limit() -> None:
 def test_a_warm_task_whose_chunk_is_gone_is_skipped() -> None:
     pc = _pc()
     gone = _chunk_ids(pc)[0]
-    assert pc.knowledge.remove_chunks([gone]) == 1
+    assert pc.knowledge.remove_chunks([gone]) == 1  # its task leaves the queue with it
+    assert sorted(t.question for t in pc.idle_queue.pending() if t.kind == "warm") == sorted(_chunk_ids(pc))
+    pc.idle_queue.push("warm", gone, "u")  # as when another process removed it
     report = pc.idle()
     assert report.skipped_by_kind == {"warm": 1} and report.remaining == 0
     assert report.by_kind == {"warm": len(_chunk_ids(pc))}
