@@ -51,10 +51,6 @@ def _equal(*defaults: Any) -> Callable[[Any], bool]:
     return lambda value: value is None or any(same(value, d) for d in defaults)
 
 
-def _zero_biases(value: Any) -> bool:
-    return _empty(value) or (isinstance(value, dict) and all(_equal(0)(v) for v in value.values()))
-
-
 @dataclass(frozen=True)
 class FieldRule:
     """One field: where it is given, what the server does with it, and why."""
@@ -90,11 +86,11 @@ FIELDS: tuple[FieldRule, ...] = (
                                     "(include_obfuscation is ignored: no padding is sent)", _OPENAI),
     FieldRule("presence_penalty", _I, "OpenAI's formula on the logits, per generated token", _ALL),
     FieldRule("frequency_penalty", _I, "OpenAI's formula on the logits, per generated token", _ALL),
+    FieldRule("logit_bias", _I, "added to the logits before sampling; token ids of the model's "
+                                "tokenizer, biases from -100 to 100", _ALL),
     FieldRule("n", _R, "one choice per request (n=1)", _OPENAI, _equal(1)),
     FieldRule("logprobs", _R, "no log probabilities are returned", _OPENAI, _false),
     FieldRule("top_logprobs", _R, "no log probabilities are returned", _C, _equal(0)),
-    FieldRule("logit_bias", _R, "no logit bias is applied (all-zero biases are accepted)",
-              _OPENAI, _zero_biases),
     FieldRule("tools", _R, _NO_TOOLS, _C, _empty),
     FieldRule("functions", _R, _NO_TOOLS, _C, _empty),
     FieldRule("tool_choice", _R, f"{_NO_TOOLS} ('none' and 'auto' answer in text and are "

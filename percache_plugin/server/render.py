@@ -8,7 +8,7 @@ from typing import Any
 from ..decode.generate import context_limit
 from .errors import APIError
 
-__all__ = ["chat_ids", "text_ids", "max_new_tokens"]
+__all__ = ["chat_ids", "text_ids", "max_new_tokens", "check_bias"]
 
 
 def chat_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
@@ -33,6 +33,15 @@ def text_ids(tokenizer: Any, prompt: str | Sequence[int]) -> list[int]:
         raise APIError(400, f"'prompt' holds token ids outside the vocabulary (0..{vocab - 1}): {bad[:5]}",
                        param="prompt")
     return list(prompt)
+
+
+def check_bias(tokenizer: Any, bias: Sequence[tuple[int, float]]) -> None:
+    """:raises APIError: 400 when ``logit_bias`` names a token id outside the vocabulary."""
+    vocab = len(tokenizer)
+    bad = [i for i, _ in bias if i >= vocab]
+    if bad:
+        raise APIError(400, f"'logit_bias' names token ids outside the vocabulary (0..{vocab - 1}): {bad[:5]}",
+                       param="logit_bias")
 
 
 def max_new_tokens(model: Any, n_prompt: int, requested: int | None, default: int) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import APIError
 from .fields import ASK, CHAT, MESSAGE, PART_TYPES, TEXT, Handling, check_fields, shown
-from .penalties import OpenAIPenalties
+from .penalties import LogitBias, OpenAIPenalties
 
 __all__ = ["Sampling", "ChatRequest", "CompletionRequest", "AskRequest", "parse_chat",
            "parse_completion", "parse_ask", "ROLES", "require_object", "MIN_TEMPERATURE"]
@@ -48,19 +48,24 @@ class Sampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """``(token id, bias)`` pairs, the non-zero biases only."""
 
     def generate_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``model.generate`` (``max_new_tokens`` is set by the caller).
-        A penalty is passed only when it is on: ``pc.ask`` keeps using the QA bank without one
-        (``assistant/exact_kwargs.py``), and refuses it to a request with one."""
+        A penalty or bias is passed only when it is on: ``pc.ask`` keeps using the QA bank
+        without one (``assistant/exact_kwargs.py``), and refuses it to a request with one."""
         kwargs: dict[str, Any] = {"do_sample": False}
         if self.temperature != 0:
             kwargs = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p,
                       "top_k": self.top_k, "min_p": self.min_p}
         if self.repetition_penalty != 1:
             kwargs["repetition_penalty"] = self.repetition_penalty
+        processors: list[Any] = [LogitBias(self.logit_bias)] if self.logit_bias else []
         if self.presence_penalty or self.frequency_penalty:
-            kwargs["logits_processor"] = [OpenAIPenalties(self.presence_penalty, self.frequency_penalty)]
+            processors.append(OpenAIPenalties(self.presence_penalty, self.frequency_penalty))
+        if processors:
+            kwargs["logits_processor"] = processors
         return kwargs
 
 
@@ -152,6 +157,23 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(stops)
 
 
+def _logit_bias(body: dict[str, Any]) -> tuple[tuple[int, float], ...]:
+    value = body.get("logit_bias")
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise _bad("logit_bias", f"'logit_bias' must be an object of token ids to biases, got {_kind(value)}")
+    out = []
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise _bad("logit_bias", f"'logit_bias' keys must be token ids, got {key!r}")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise _bad("logit_bias", f"'logit_bias' values must be numbers from -100 to 100, got {bias!r}")
+        if bias:
+            out.append((int(key), float(bias)))
+    return tuple(sorted(out))
+
+
 def _model(body: dict[str, Any]) -> str:
     value = body.get("model")
     if not isinstance(value, str) or not value:
@@ -183,7 +205,7 @@ def _sampling(body: dict[str, Any], temperature: float = 1.0, stops: bool = True
                     top_k=max(top_k or 0, 0), min_p=_float(body, "min_p", 0.0, 0.0, 1.0),
                     presence_penalty=_float(body, "presence_penalty", 0.0, -2.0, 2.0),
                     frequency_penalty=_float(body, "frequency_penalty", 0.0, -2.0, 2.0),
-                    repetition_penalty=repetition)
+                    repetition_penalty=repetition, logit_bias=_logit_bias(body))
 
 
 def _include_usage(body: dict[str, Any]) -> bool:

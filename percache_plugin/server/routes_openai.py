@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from .formats import Format
 from .jobs import run_ids
-from .render import chat_ids, max_new_tokens, text_ids
+from .render import chat_ids, check_bias, max_new_tokens, text_ids
 from .requests import Sampling, parse_chat, parse_completion
 from .respond import respond
 from .state import ServerState
@@ -42,6 +42,7 @@ def openai_routes(state: ServerState) -> list[Route]:
     async def generate(request: Request, kind: str, ids: list[int], sampling: Sampling,
                        scope: str | None, streaming: bool, include_usage: bool) -> Response:
         arrived = time.perf_counter()
+        check_bias(pc.tokenizer, sampling.logit_bias)
         max_new = max_new_tokens(pc.model, len(ids), sampling.max_tokens,
                                  state.settings.default_max_tokens)
         stream = TextStream(pc.tokenizer, len(ids), sampling.stop)

@@ -14,6 +14,7 @@ from starlette.routing import Route
 from .errors import APIError
 from .formats import Format
 from .jobs import run_ask
+from .render import check_bias
 from .requests import parse_ask, require_object
 from .respond import respond
 from .state import ServerState
@@ -65,6 +66,7 @@ def rag_routes(state: ServerState) -> list[Route]:
         scope = state.scope(request)
         req = parse_ask(await state.body(request))
         question, sampling = req.question, req.sampling
+        check_bias(pc.tokenizer, sampling.logit_bias)
         if len(question) > state.settings.max_question_chars:
             raise APIError(400, f"'question' has {len(question)} characters; at most "
                            f"{state.settings.max_question_chars}", param="question")

@@ -21,7 +21,7 @@ from percache_plugin.server.fields import (
     Handling,
     rule,
 )
-from percache_plugin.server.penalties import OpenAIPenalties
+from percache_plugin.server.penalties import LogitBias, OpenAIPenalties
 from percache_plugin.server.requests import Sampling, parse_ask, parse_chat, parse_completion
 
 # OpenAI's API reference: the create-chat-completion and create-completion request bodies
@@ -46,7 +46,7 @@ PARSE: dict[str, Callable[[Any], Any]] = {CHAT: parse_chat, TEXT: parse_completi
 
 # a value of each refused field that would change the answer, and one that would not
 CHANGING: dict[str, Any] = {
-    "n": 2, "logprobs": True, "top_logprobs": 3, "logit_bias": {"50": 5}, "tools": [{"type": "function"}],
+    "n": 2, "logprobs": True, "top_logprobs": 3, "tools": [{"type": "function"}],
     "functions": [{"name": "f"}], "tool_choice": "required", "function_call": {"name": "f"},
     "response_format": {"type": "json_object"}, "audio": {"voice": "alloy"}, "modalities": ["text", "audio"],
     "reasoning_effort": "low", "verbosity": "low", "web_search_options": {}, "echo": True, "best_of": 2,
@@ -57,7 +57,7 @@ CHANGING: dict[str, Any] = {
     "guided_choice": ["a"], "guided_grammar": "root ::= 'a'", "grammar": "root ::= 'a'", "json_schema": {},
 }
 NO_OP: dict[str, Any] = {
-    "n": 1, "logprobs": False, "top_logprobs": 0, "logit_bias": {"50": 0}, "tools": [], "functions": [],
+    "n": 1, "logprobs": False, "top_logprobs": 0, "tools": [], "functions": [],
     "tool_choice": "none", "function_call": "auto", "response_format": {"type": "text"}, "audio": None,
     "modalities": ["text"], "reasoning_effort": None, "verbosity": "medium", "web_search_options": None,
     "echo": False, "best_of": 1, "suffix": "", "typical_p": 1.0, "repeat_penalty": 1, "min_tokens": 0,
@@ -144,9 +144,11 @@ def test_an_unknown_field_is_refused_naming_it(route: str) -> None:
 
 def test_implemented_sampling_fields_are_parsed() -> None:
     got = parse_chat({**BASE[CHAT], "temperature": 0.7, "top_p": 0, "top_k": -1, "min_p": 0.05,
-                      "presence_penalty": -0.5, "frequency_penalty": 1.5, "repetition_penalty": 1.2})
+                      "presence_penalty": -0.5, "frequency_penalty": 1.5, "repetition_penalty": 1.2,
+                      "logit_bias": {"9": -100, "7": 5.5, "3": 0}})
     assert got.sampling == Sampling(temperature=0.7, top_p=0.0, top_k=0, min_p=0.05, presence_penalty=-0.5,
-                                    frequency_penalty=1.5, repetition_penalty=1.2)
+                                    frequency_penalty=1.5, repetition_penalty=1.2,
+                                    logit_bias=((7, 5.5), (9, -100.0)))
     assert parse_chat({**BASE[CHAT], "temperature": 1e-30}).sampling.temperature == 1e-30
     assert parse_ask({"question": "q"}).sampling.temperature == 0.0  # /v1/ask is greedy by default
 
@@ -155,7 +157,8 @@ def test_implemented_sampling_fields_are_parsed() -> None:
     ({"temperature": 1e-40}, "temperature"), ({"max_tokens": 0}, "max_tokens"),
     ({"presence_penalty": 2.5}, "presence_penalty"), ({"frequency_penalty": "high"}, "frequency_penalty"),
     ({"repetition_penalty": 0}, "repetition_penalty"), ({"top_k": -2}, "top_k"), ({"min_p": 1.5}, "min_p"),
-    ({"stop": ""}, "stop"), ({"stream_options": {"include_usage": True, "chunk": 1}}, "stream_options.chunk"),
+    ({"stop": ""}, "stop"), ({"logit_bias": {"a": 1}}, "logit_bias"), ({"logit_bias": {"1": 101}}, "logit_bias"),
+    ({"logit_bias": [1]}, "logit_bias"), ({"stream_options": {"include_usage": True, "chunk": 1}}, "stream_options.chunk"),
 ])
 def test_bad_values_of_implemented_fields_are_refused(body: dict[str, Any], param: str) -> None:
     assert _refusal(CHAT, body).param == param
@@ -167,10 +170,12 @@ def test_sampling_fixes_top_k_and_min_p_and_passes_penalties_only_when_on() -> N
     sampled = Sampling(temperature=0.8).generate_kwargs()
     assert sampled == {"do_sample": True, "temperature": 0.8, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
     assert Sampling(temperature=0, presence_penalty=0.0).generate_kwargs() == {"do_sample": False}
-    on = Sampling(temperature=0, frequency_penalty=1.5, repetition_penalty=1.3).generate_kwargs()
+    on = Sampling(temperature=0, frequency_penalty=1.5, repetition_penalty=1.3,
+                  logit_bias=((7, 5.0),)).generate_kwargs()
     assert on["repetition_penalty"] == 1.3
-    (penalty,) = on["logits_processor"]
+    bias, penalty = on["logits_processor"]
     assert isinstance(penalty, OpenAIPenalties) and penalty.frequency_penalty == 1.5
+    assert isinstance(bias, LogitBias) and bias.ids == [7] and bias.values == [5.0]
 
 
 def test_text_parts_are_joined_and_other_parts_refused() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from percache_plugin.server.penalties import OpenAIPenalties
+from percache_plugin.server.penalties import LogitBias, OpenAIPenalties
 from tests.helpers import baseline
 from tests.server.conftest import MODEL, post_json
 from tests.server.test_routes_rag import DOCS
@@ -80,6 +80,25 @@ def test_repetition_penalty_is_transformers_own(pc: Any, server: Any) -> None:
         "choices"][0]["text"]
 
 
+def test_logit_bias_is_added_to_the_logits(pc: Any, server: Any) -> None:
+    ids = pc.tokenizer(PROMPT)["input_ids"]
+    scores = torch.zeros((1, 8))
+    assert LogitBias([(2, 1.5), (5, -100.0)])(torch.tensor([ids]), scores).tolist() == [  # type: ignore[arg-type]
+        [0, 0, 1.5, 0, 0, -100, 0, 0]]
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0}
+    plain = post_json(server, "/v1/completions", body)[1]["choices"][0]["text"]
+    favourite = ord("q")  # the byte tokenizer: one token per byte
+    forced = post_json(server, "/v1/completions", {**body, "logit_bias": {str(favourite): 100}})[1]
+    assert forced["choices"][0]["text"] == pc.tokenizer.decode([favourite] * 8) != plain
+    bias = {str(baseline(pc.model, ids, 1)[0][0]): -10.0, "3": 2.5}  # not the plain first token
+    got = post_json(server, "/v1/completions", {**body, "logit_bias": bias})[1]["choices"][0]["text"]
+    x = torch.tensor([ids])
+    with torch.inference_mode():
+        out = pc.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=8, do_sample=False, pad_token_id=0,
+                                logits_processor=[LogitBias([(int(k), v) for k, v in bias.items()])])
+    assert got == pc.tokenizer.decode(out[0, len(ids):].tolist(), skip_special_tokens=True) != plain
+
+
 @pytest.mark.parametrize("narrow", [{"top_k": 1}, {"min_p": 1.0}, {"top_p": 0}])
 def test_top_k_min_p_and_top_p_narrow_sampling(server: Any, narrow: dict[str, Any]) -> None:
     """Keeping only the top token, sampling gives the greedy answer (top_k and min_p were
@@ -96,11 +115,13 @@ def test_a_penalised_ask_is_not_served_nor_stored_by_the_qa_bank(pc: Any, server
     ask = {"question": "When is the choir rehearsal?", "max_tokens": 8}
     first = post_json(server, "/v1/ask", ask)[1]
     assert first["source"] == "generated" and len(pc.qa_bank.entries()) == 1
-    for penalty in ({"frequency_penalty": 1.5}, {"presence_penalty": 1.0}, {"repetition_penalty": 1.3}):
+    for penalty in ({"frequency_penalty": 1.5}, {"presence_penalty": 1.0}, {"repetition_penalty": 1.3},
+                    {"logit_bias": {"101": 5}}):
         status, got = post_json(server, "/v1/ask", {**ask, **penalty})
         assert status == 200 and got["source"] == "generated", penalty  # not the stored greedy answer
         assert len(pc.qa_bank.entries()) == 1  # nor stored as one
-    zero = post_json(server, "/v1/ask", {**ask, "presence_penalty": 0, "frequency_penalty": 0})[1]
+    zero = post_json(server, "/v1/ask", {**ask, "presence_penalty": 0, "frequency_penalty": 0,
+                                         "logit_bias": {"101": 0}})[1]
     assert zero["source"] == "qa_bank" and zero["answer"] == first["answer"]
     status, got = post_json(server, "/v1/ask", {**ask, "scope": "bob"})
     assert status == 400 and got["error"]["param"] == "scope"  # a field /v1/ask does not know

@@ -146,8 +146,10 @@ def test_seeded_sampling_repeats(server: Any) -> None:
      "stream", "invalid_type"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", "unsupported_parameter"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stop": ["a"] * 5}, 400, "stop", None),
-    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"1": 5}}, 400,
-     "logit_bias", "unsupported_parameter"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"100000": 5}}, 400,
+     "logit_bias", None),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400,
+     "logprobs", "unsupported_parameter"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi", "name": "ana"}]}, 400, "messages[0].name",
      "unsupported_parameter"),
     ({"model": MODEL, "messages": [{"role": "user", "content": [
