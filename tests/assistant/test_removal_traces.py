@@ -11,6 +11,7 @@ import pytest
 
 import percache_plugin as percache
 from percache_plugin.admin import StoreAdmin
+from percache_plugin.buffer.plugin import RamTierKV
 from tests.assistant.test_assistant import BEN, GEN, _pc
 from tests.rag.test_rag_index import holds_vector
 
@@ -110,4 +111,19 @@ def test_store_remove_doc_leaves_no_text_embedding_or_abstract(tmp_path: Path) -
     assert any(t.kind == "abstract" and t.scope == "me" for t in pc.idle_queue.pending())
     pc.idle()
     assert pc.prediction_state.abstract("me")  # built again from what is left
+    pc.close()
+
+
+def test_the_ram_tier_lets_go_of_a_removed_chunks_tensors(tmp_path: Path) -> None:
+    pc = _pc(tmp_path)
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = next(c.id for c in pc.knowledge.chunks() if c.doc_id == "zz")
+    pc.configure(use_qa_bank=False)
+    for _ in range(3):  # the second reads the chunk's K/V; the third finds it read, in RAM
+        assert pc.ask(Q, scope="me", **GEN).source == "generated"
+    keys = [n.key for n in pc.store.nodes() if n.extra.get("chunk") == gone]
+    tier = next(p for p in pc.plugins.get_plugins() if isinstance(p, RamTierKV)).tier
+    assert tier is not None and any(tier.cache.peek(k) is not None for k in keys)
+    REMOVALS["remove_document"](pc)
+    assert all(tier.cache.peek(k) is None for k in keys)
     pc.close()
