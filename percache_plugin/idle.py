@@ -131,11 +131,13 @@ class IdleQueue:
         with self._lock:
             self._db.execute("DELETE FROM idle_tasks WHERE id = ?", (task.id,))
 
-    def drop(self, kind: str, keep: Callable[[str], bool]) -> int:
-        """Remove the queued tasks of ``kind`` whose question ``keep`` rejects; returns how many."""
+    def drop(self, kind: str, keep: Callable[[str, str | None], bool]) -> int:
+        """Remove the queued tasks of ``kind`` whose question and scope ``keep`` rejects;
+        returns how many."""
         with self._lock:
-            rows = self._db.execute("SELECT id, question FROM idle_tasks WHERE kind = ?", (kind,)).fetchall()
-            gone = [(i,) for i, question in rows if not keep(question)]
+            rows = self._db.execute("SELECT id, question, scope FROM idle_tasks WHERE kind = ?",
+                                    (kind,)).fetchall()
+            gone = [(i,) for i, question, scope in rows if not keep(question, scope)]
             self._db.executemany("DELETE FROM idle_tasks WHERE id = ?", gone)
             return len(gone)
 

@@ -29,7 +29,7 @@ from ..kv.chunk_nodes import delete_chunk_kv
 from ..kv.locks import DirectoryLock
 from ..kv.store import DB_NAME, KVStore, stored_fingerprints
 from ..personas.heads import HEADS_DIR as _PERSONA_HEADS
-from ..predict.forget import forget_stored_predictions
+from ..predict.forget import built_on, forget_stored_predictions, stored_predicted_from
 from ..rag.chunking import Chunk
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
@@ -259,7 +259,7 @@ class StoreAdmin:
             # The answers and K/V built on every chunk it holds go first (a crash between the
             # steps leaves the document with less cache, never an answer without its source);
             # then its chunks, but a paragraph another document holds too stays, passed to it.
-            qa = [e.id for e in self.qa_bank.entries() if held.intersection(e.sources)]
+            qa = built_on(self.qa_bank.entries(), held, stored_predicted_from(self.path / DB_NAME, held))
             for entry_id in qa:
                 self.qa_bank.delete(entry_id)
             kv_nodes = delete_chunk_kv((self.kv_store(fp) for fp in self.fingerprints()), held)

@@ -154,6 +154,9 @@ def _predict(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
         kept.append(q)
         vectors.append(vec)
         c.ctx.idle_queue.push("populate", q, task.scope)
+    named = task_chunk(task.question) if task.kind == "predict_knowledge" else None
+    if named is not None and kept:  # asked about this chunk: they go when it goes
+        c.prediction_state.note_predicted(task.scope, named[0], kept)
     report.predicted.extend(kept)
 
 

@@ -505,7 +505,8 @@ def percache_sources_forgotten(ctx: AssistantContext, ids: Sequence[str]) -> int
     Every implementation is called.
 
     The default (the QA-bank plugin) deletes every stored answer whose ``sources`` include one
-    of ``ids``, so an answer built on a forgotten fact is never served again.
+    of ``ids``, so an answer built on a forgotten fact is never served again, and the entries of
+    questions predicted from one of ``ids`` (``PredictionState.predicted_from``).
 
     :param ctx: the assistant context.
     :param ids: the forgotten ids.

@@ -16,6 +16,7 @@ import numpy as np
 from ..core.query import Query
 from ..hooks.specs import hookimpl
 from ..kv.store import DB_NAME
+from ..predict.forget import built_on
 from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank
 from .answer_binding import answer_model, generation_defaults, same_settings
@@ -183,8 +184,9 @@ class QABankPlugin:
     def percache_sources_forgotten(self, ctx: AssistantContext, ids: Sequence[str]) -> int:
         gone = set(ids)
         bank = self.bank(ctx)
-        built_on = [e.id for e in bank.entries() if gone.intersection(e.sources)]
-        deleted = sum(bank.delete(entry_id) for entry_id in built_on)
+        state = ctx.prediction_state  # questions predicted from the chunks are built on them too
+        predicted = set() if state is None else state.predicted_from(gone)
+        deleted = sum(bank.delete(entry_id) for entry_id in built_on(bank.entries(), gone, predicted))
         if deleted:  # the database file keeps the deleted answers until its WAL is checkpointed
             bank.scrub()
         return deleted

@@ -3,25 +3,29 @@ summarizing them (used by the handle's removals and by ``percache store remove -
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from ..idle import IdleQueue
+from ..rag.qa_types import QAEntry
 from .state import REBUILD_ABSTRACT, PredictionState, task_chunk
 
-__all__ = ["forget_predictions", "forget_stored_predictions"]
+__all__ = ["built_on", "forget_predictions", "forget_stored_predictions", "stored_predicted_from"]
 
 
 def forget_predictions(state: PredictionState, queue: IdleQueue, ids: Collection[str], *,
                        rebuild: bool) -> list[str | None]:
-    """Drop the queued tasks that name these chunks (knowledge predictions, K/V warming) and the
-    abstracts built from them, at once; with ``rebuild``, an ``abstract`` task builds each again
+    """Drop the queued tasks that name these chunks (knowledge predictions, K/V warming) or
+    process a question predicted from one of them, and the abstracts built from them, at once; with ``rebuild``, an ``abstract`` task builds each again
     in idle time from the chunks its scope holds then. Returns the scopes whose abstract was
     dropped."""
     if not ids:
         return []
-    queue.drop("predict_knowledge", lambda q: (task_chunk(q) or ("",))[0] not in ids)
-    queue.drop("warm", lambda q: q not in ids)  # a warm task's question is its chunk id
+    queue.drop("predict_knowledge", lambda q, _: (task_chunk(q) or ("",))[0] not in ids)
+    queue.drop("warm", lambda q, _: q not in ids)  # a warm task's question is its chunk id
+    predicted = state.predicted_from(ids)  # and the questions predicted from them
+    for kind in ("populate", "decode", "reprefill"):
+        queue.drop(kind, lambda q, s: (s, q) not in predicted)
     scopes = state.forget_chunks(ids)
     if rebuild:
         for scope in scopes:
@@ -39,3 +43,20 @@ def forget_stored_predictions(db_path: Path, ids: Collection[str]) -> list[str |
     finally:
         state.close()
         queue.close()
+
+
+def built_on(entries: Iterable[QAEntry], ids: Collection[str],
+             predicted: Collection[tuple[str | None, str]]) -> list[int]:
+    """The ids of the stored answers built on chunks ``ids``: those citing one as a source, and
+    those of a question predicted from one (``predicted``: ``PredictionState.predicted_from``)."""
+    return [e.id for e in entries if not set(e.sources).isdisjoint(ids)
+            or (e.origin == "predicted" and (e.scope, e.question) in predicted)]
+
+
+def stored_predicted_from(db_path: Path, ids: Collection[str]) -> set[tuple[str | None, str]]:
+    """``PredictionState.predicted_from`` in the store database ``db_path``."""
+    state = PredictionState(db_path)
+    try:
+        return state.predicted_from(ids)
+    finally:
+        state.close()

@@ -27,7 +27,9 @@ CREATE TABLE IF NOT EXISTS predict_history (id INTEGER PRIMARY KEY AUTOINCREMENT
     question TEXT NOT NULL, asked REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS predict_abstract_sources (scope TEXT NOT NULL, chunk_id TEXT NOT NULL,
     PRIMARY KEY (scope, chunk_id));
-""")  # predict_abstract_sources came later: an abstract of an older store has no rows there
+CREATE TABLE IF NOT EXISTS predict_origins (scope TEXT NOT NULL, question TEXT NOT NULL,
+    chunk_id TEXT NOT NULL, PRIMARY KEY (scope, question, chunk_id));
+""")  # the last two came later: an older store's abstract and predictions have no rows there
 
 
 def task_chunk(question: str) -> tuple[str, bool] | None:
@@ -72,14 +74,31 @@ class PredictionState:
             self._db.executemany("INSERT OR IGNORE INTO predict_abstract_sources VALUES (?, ?)",
                                  [(_s(scope), c) for c in sources])
 
+    # questions predicted from a chunk ---------------------------------------------------------
+    def note_predicted(self, scope: str | None, chunk_id: str, questions: Sequence[str]) -> None:
+        """``questions`` were predicted from chunk ``chunk_id``: they go when it goes."""
+        with self._lock:
+            self._db.executemany("INSERT OR IGNORE INTO predict_origins VALUES (?, ?, ?)",
+                                 [(_s(scope), q, chunk_id) for q in questions])
+
+    def predicted_from(self, chunk_ids: Collection[str]) -> set[tuple[str | None, str]]:
+        """``(scope, question)`` of the questions predicted from these chunks."""
+        ids = set(chunk_ids)
+        with self._lock:
+            rows = self._db.execute("SELECT scope, question, chunk_id FROM predict_origins").fetchall()
+        return {(None if s == _NULL else s, q) for s, q, c in rows if c in ids}
+
     def forget_chunks(self, chunk_ids: Collection[str]) -> list[str | None]:
-        """Removed chunks: drop them from the pending lists, and drop every abstract built from
-        one of them, or whose sources are not recorded (an older store's); returns the scopes
-        whose abstract was dropped. The database is checkpointed, so its file keeps no text
-        of a dropped abstract."""
+        """Removed chunks: drop them from the pending lists and the questions' origins, and
+        drop every abstract built from one of them, or whose sources are not recorded (an older
+        store's); returns the scopes whose abstract was dropped. The database is checkpointed,
+        so its file keeps no text of a dropped abstract or question."""
         ids = set(chunk_ids)
         with self._lock, transaction(self._db):
             self._db.executemany("DELETE FROM predict_pending WHERE chunk_id = ?", [(c,) for c in ids])
+            before = self._db.total_changes
+            self._db.executemany("DELETE FROM predict_origins WHERE chunk_id = ?", [(c,) for c in ids])
+            questions = self._db.total_changes - before
             built = {s for s, c in self._db.execute("SELECT scope, chunk_id FROM predict_abstract_sources")
                      if c in ids}
             unknown = {r[0] for r in self._db.execute(
@@ -89,7 +108,7 @@ class PredictionState:
             self._db.executemany("DELETE FROM predict_abstract WHERE scope = ?", [(s,) for s in dropped])
             self._db.executemany("DELETE FROM predict_abstract_sources WHERE scope = ?",
                                  [(s,) for s in dropped])
-        if dropped:
+        if dropped or questions:
             checkpoint(self._db)
         return [None if s == _NULL else s for s in dropped]
 

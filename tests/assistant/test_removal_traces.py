@@ -3,6 +3,7 @@ store holds its text or its embedding, while the handle is still open."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +12,10 @@ import pytest
 
 import percache_plugin as percache
 from percache_plugin.admin import StoreAdmin
+from percache_plugin.assistant.idle_tasks import BUILTIN_TASKS
 from percache_plugin.buffer.plugin import RamTierKV
+from percache_plugin.idle import IdleReport, IdleTask
+from percache_plugin.stats import Generation, GenerationStats
 from tests.assistant.test_assistant import BEN, GEN, _pc
 from tests.rag.test_rag_index import holds_vector
 
@@ -127,3 +131,33 @@ def test_the_ram_tier_lets_go_of_a_removed_chunks_tensors(tmp_path: Path) -> Non
     REMOVALS["remove_document"](pc)
     assert all(tier.cache.peek(k) is None for k in keys)
     pc.close()
+
+
+PREDICTED = "1. What opens the Zorblax locker?\n2. Which code does Zorblax use?\n"
+
+
+def _predict_from(pc: percache.PerCache, chunk_id: str) -> None:
+    """Run the knowledge prediction task about ``chunk_id`` with a model that writes
+    :data:`PREDICTED` (the tiny random model writes no questions)."""
+    ictx = copy.copy(pc.assistant.idle_context)
+    ictx.generate = lambda *a, **kw: Generation(PREDICTED, [], [], GenerationStats())
+    BUILTIN_TASKS["predict_knowledge"](ictx, IdleTask(0, "predict_knowledge", "chunk " + chunk_id, "me", 0.0),
+                                       IdleReport())
+
+
+@pytest.mark.parametrize("removal", list(REMOVALS))
+def test_questions_predicted_from_a_removed_document_go_with_it(tmp_path: Path, removal: str) -> None:
+    pc = _pc(tmp_path)
+    pc.configure(similarity_threshold=0.95, population_cutoff=0.9)  # populate stores the question
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = next(c.id for c in pc.knowledge.chunks() if c.doc_id == "zz")
+    _predict_from(pc, gone)
+    assert pc.idle(max_tasks=1).by_kind == {"populate": 1}  # one stored, one still queued
+    assert [e.origin for e in pc.qa_bank.entries(scope="me")] == ["predicted"]
+    assert [t.kind for t in pc.idle_queue.pending()] == ["populate"]
+    REMOVALS[removal](pc)
+    assert files_holding(tmp_path, [b"zorblax"]) == []
+    pc.idle()
+    assert not [e for e in pc.qa_bank.entries() if "Zorblax" in e.question]
+    pc.close()
+    assert files_holding(tmp_path, [b"zorblax"]) == []
