@@ -327,9 +327,11 @@ class KnowledgeBank:
         """Save an index snapshot if anything changed, and close the database."""
         with self._lock:
             try:
-                self._sync()  # chunks another handle removed since are not written back
-                self._save(force=True)
+                if self._unsaved:
+                    self._sync()  # chunks another handle removed since are not written back
+                    self._save(force=True)
             finally:
+                self._unsaved = 0  # closing again does nothing
                 self._rows.close()
 
     def __len__(self) -> int:

@@ -180,3 +180,4 @@ def test_a_bank_closing_does_not_write_back_a_chunk_another_bank_removed(tmp_pat
     second.close()  # its index still held the choir chunk: it saved it into the snapshot
     snapshot = b"".join(p.read_bytes() for p in (tmp_path / "index").iterdir())
     assert b"choir rehearsal" not in snapshot and b"Dentist" in snapshot
+    second.close()  # closing again does nothing
