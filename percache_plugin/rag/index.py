@@ -91,6 +91,7 @@ class HybridIndex:
             max_elements=256, M=16, ef_construction=200, allow_replace_deleted=True
         )
         self._blank = np.eye(1, self._dim, dtype=np.float32)  # what a removed chunk's slot holds
+        self.scrubbed = 0  # slots :meth:`load` overwrote: the snapshot read still holds them
         self._bm25 = BM25Ranker(
             lambda: [(e.chunk.id, e.chunk.scope, e.tokens) for e in self._entries.values()])
 
@@ -297,7 +298,21 @@ class HybridIndex:
             index._entries[chunk.id] = entry
             index._by_label[label] = entry
             index._scopes[chunk.scope] += 1
-        if set(index._by_label) - set(hnsw.get_ids_list()) or len(index._by_label) != len(records):
+        held = set(hnsw.get_ids_list())
+        if set(index._by_label) - held or len(index._by_label) != len(records):
             raise CorruptIndexError(snap.hnsw_path, "lacks chunk labels of the manifest")
         index._next_label = settings["next_label"]
+        index.scrubbed = index._scrub(held - set(index._by_label))
         return index
+
+    def _scrub(self, labels: Iterable[int]) -> int:
+        """Overwrite the vectors removed chunks left in their slots (a snapshot saved before
+        removals overwrote them); returns how many were overwritten."""
+        done = 0
+        for label in labels:
+            self._hnsw.unmark_deleted(label)
+            if not np.array_equal(np.asarray(self._hnsw.get_items([label]), np.float32), self._blank):
+                self._hnsw.add_items(self._blank, [label], num_threads=1)
+                done += 1
+            self._hnsw.mark_deleted(label)
+        return done

@@ -95,6 +95,7 @@ class KnowledgeBank:
         try:
             self._index = self._open_index()
             self._sync()
+            self._save(force=self._unsaved > 0)  # at once when opening scrubbed old vectors
         except BaseException:
             self._rows.close()
             raise
@@ -124,6 +125,7 @@ class KnowledgeBank:
             self.repairs["index_corrupt"] += 1
             log.warning("percache knowledge bank: %s; rebuilding the index from the database", exc)
             return HybridIndex(self.embedder.dim)
+        self._unsaved += index.scrubbed  # the snapshot holds removed chunks' vectors: save it again
         return index if index.dim == self.embedder.dim else HybridIndex(self.embedder.dim)
 
     def _import_legacy(self, snapshot: Path) -> None:

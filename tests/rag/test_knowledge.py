@@ -14,7 +14,7 @@ import pytest
 
 from percache_plugin.rag.embeddings import HashEmbedder
 from percache_plugin.rag.knowledge import KnowledgeBank
-from tests.rag.test_rag_index import FACTS
+from tests.rag.test_rag_index import FACTS, add_removed_slot, holds_vector
 
 EMB = HashEmbedder(128)
 
@@ -181,3 +181,12 @@ def test_a_bank_closing_does_not_write_back_a_chunk_another_bank_removed(tmp_pat
     snapshot = b"".join(p.read_bytes() for p in (tmp_path / "index").iterdir())
     assert b"choir rehearsal" not in snapshot and b"Dentist" in snapshot
     second.close()  # closing again does nothing
+
+
+def test_a_bank_opening_a_snapshot_with_removed_vectors_saves_it_again_at_once(tmp_path: Path) -> None:
+    directory = _saved_bank(tmp_path)
+    vector = add_removed_slot(directory / "index", "The old locker code is 4417.")
+    bank = _bank(directory)
+    assert not any(holds_vector(p.read_bytes(), vector) for p in (directory / "index").iterdir())
+    assert len(bank) == len(FACTS)
+    bank.close()

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
 
+import hnswlib
 import numpy as np
 import pytest
 
@@ -247,3 +249,35 @@ def test_a_removed_chunks_vector_is_in_no_snapshot_file(tmp_path: Path) -> None:
     assert _search(index, "dentist Tuesday", k=1) == [FACTS[1]]
     assert index.add(chunks[:1], EMB.embed([FACTS[0]])) == 1  # its slot is taken again
     assert _search(index, "choir rehearsal Friday", k=1) == [FACTS[0]]
+
+
+def add_removed_slot(snapshot: Path, text: str) -> np.ndarray:
+    """Make ``snapshot`` what an earlier version saved after removing ``text``'s chunk: its
+    HNSW slot marked deleted with the vector kept; returns that vector, as stored."""
+    manifest = json.loads((snapshot / "manifest.json").read_text())
+    hnsw_file = snapshot / manifest["files"]["hnsw"]["name"]
+    old = hnswlib.Index(space="cosine", dim=EMB.dim)
+    old.load_index(str(hnsw_file), allow_replace_deleted=True)
+    old.add_items(EMB.embed([text]), [manifest["next_label"]])
+    old.mark_deleted(manifest["next_label"])
+    old.save_index(str(hnsw_file))
+    manifest["next_label"] += 1
+    manifest["files"]["hnsw"].update(size=hnsw_file.stat().st_size,
+                                     sha256=hashlib.sha256(hnsw_file.read_bytes()).hexdigest())
+    (snapshot / "manifest.json").write_text(json.dumps(manifest))
+    vector = EMB.embed([text])[0]
+    vector = vector / np.linalg.norm(vector)
+    assert holds_vector(hnsw_file.read_bytes(), vector)
+    return vector
+
+
+def test_loading_a_snapshot_saved_before_removals_scrubbed_overwrites_their_vectors(tmp_path: Path) -> None:
+    chunks = _chunks(FACTS)
+    _index(chunks[1:]).save(tmp_path)
+    vector = add_removed_slot(tmp_path, FACTS[0])
+    index = HybridIndex.load(tmp_path)
+    index.save(tmp_path / "again")
+    assert not any(holds_vector(p.read_bytes(), vector) for p in (tmp_path / "again").iterdir())
+    assert index.scrubbed == 1 and len(index) == 5  # the bank saves again when it is not 0
+    assert HybridIndex.load(tmp_path / "again").scrubbed == 0  # already blank: nothing to do
+    assert _search(index, "dentist Tuesday", k=1) == [FACTS[1]]
