@@ -92,13 +92,12 @@ class PredictionState:
         """Removed chunks: drop them from the pending lists and the questions' origins, and
         drop every abstract built from one of them, or whose sources are not recorded (an older
         store's); returns the scopes whose abstract was dropped. The database is checkpointed,
-        so its file keeps no text of a dropped abstract or question."""
+        so its file keeps no text of a dropped abstract or question, nor the rows (keys, token
+        hashes) of the chunks' K/V nodes deleted before in the same file."""
         ids = set(chunk_ids)
         with self._lock, transaction(self._db):
             self._db.executemany("DELETE FROM predict_pending WHERE chunk_id = ?", [(c,) for c in ids])
-            before = self._db.total_changes
             self._db.executemany("DELETE FROM predict_origins WHERE chunk_id = ?", [(c,) for c in ids])
-            questions = self._db.total_changes - before
             built = {s for s, c in self._db.execute("SELECT scope, chunk_id FROM predict_abstract_sources")
                      if c in ids}
             unknown = {r[0] for r in self._db.execute(
@@ -108,7 +107,7 @@ class PredictionState:
             self._db.executemany("DELETE FROM predict_abstract WHERE scope = ?", [(s,) for s in dropped])
             self._db.executemany("DELETE FROM predict_abstract_sources WHERE scope = ?",
                                  [(s,) for s in dropped])
-        if dropped or questions:
+        if ids:  # the store's one database file: the chunks' K/V rows deleted before go too
             checkpoint(self._db)
         return [None if s == _NULL else s for s in dropped]
 

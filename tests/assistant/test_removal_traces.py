@@ -161,3 +161,19 @@ def test_questions_predicted_from_a_removed_document_go_with_it(tmp_path: Path, 
     assert not [e for e in pc.qa_bank.entries() if "Zorblax" in e.question]
     pc.close()
     assert files_holding(tmp_path, [b"zorblax"]) == []
+
+
+@pytest.mark.parametrize("removal", list(REMOVALS))
+def test_no_file_keeps_the_key_or_token_hash_of_a_removed_chunks_kv(tmp_path: Path, removal: str) -> None:
+    # both hash the chunk's token ids: they would confirm a guess of its text
+    pc = _pc(tmp_path)
+    pc.configure(use_qa_bank=False)  # no answer to delete (whose deletion checkpointed the file)
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = next(c.id for c in pc.knowledge.chunks() if c.doc_id == "zz")
+    assert pc.ask(Q, scope="me", **GEN).source == "generated"
+    nodes = [n for n in pc.store.nodes() if n.extra.get("chunk") == gone]
+    needles = [v.encode() for n in nodes for v in (n.key, n.token_hash)]
+    assert needles and files_holding(tmp_path, needles)
+    REMOVALS[removal](pc)
+    assert files_holding(tmp_path, needles) == []
+    pc.close()
