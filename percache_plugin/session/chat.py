@@ -93,6 +93,8 @@ class ChatRunner:
         extend_from_blocks(self.engine, session, full, stats)
         cache = session.cache
         cached = cache_tokens(cache)
+        if session.reuses_approximate(cached):
+            stats.approximate = True  # K/V an earlier turn shifted, masked or edited is still attended
         stats.prompt_tokens = len(full)
         stats.history_tokens = session.n_tokens
         stats.tokens_reused = cached

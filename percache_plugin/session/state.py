@@ -134,6 +134,15 @@ class Session:
         """Positions from ``position`` on no longer hold exact K/V (shifted, masked, edited)."""
         self.approx_from = position if self.approx_from is None else min(self.approx_from, position)
 
+    def reuses_approximate(self, cached: int) -> bool:
+        """Whether a turn over the first ``cached`` cache positions attends to K/V that a fresh
+        prefill of :attr:`ids` would not give: positions from :attr:`approx_from` on (shifted,
+        edited, spliced from elsewhere) or masked turns' slots left out. True for every turn
+        until those positions leave, not only for the turn that made them."""
+        if self.approx_from is not None and self.approx_from < cached:
+            return True
+        return self.keep is not None and not bool(self.keep[:cached].all())
+
     def cropped(self, n: int) -> None:
         """The cache was cropped to ``n`` positions and what follows is computed again from the
         ids: if everything approximate went, the cache is exact again."""

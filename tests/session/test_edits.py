@@ -44,7 +44,8 @@ def test_a_plugin_evicting_a_turn_keeps_ids_and_slots_in_step() -> None:
     assert reply.prompt_ids == session.head_ids + session.turns[0].ids + session.turns[1].user_ids
     assert session.cache.get_seq_length() in (session.n_tokens, session.n_tokens - 1)
     later = pc.chat("Fourth.", session="s", max_new_tokens=3)
-    assert later.stats.cache_edits == 0 and not later.stats.approximate
+    # no edit in this turn, but it still attends to the K/V the edit shifted
+    assert later.stats.cache_edits == 0 and later.stats.approximate
 
 
 def test_the_persistent_head_cannot_be_deleted() -> None:

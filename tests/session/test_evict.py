@@ -130,3 +130,20 @@ def test_shifted_eviction_of_a_turn_with_recalled_memory_is_exact() -> None:
     assert not evicting.approximate
     assert all(not t.fact_ids for t in pc.sessions.get("default").turns)
     pc.close()
+
+
+@pytest.mark.parametrize("mode", ["shifted", "masked"])
+def test_turns_after_an_inexact_eviction_still_say_approximate(mode: str) -> None:
+    # the turns after the evicting one evict nothing but still attend to shifted K/V or run with
+    # masked slots left out: their replies are not those of a fresh prefill either
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, session_kv_tokens=150, session_low_water=0.3, session_eviction=mode,
+                         predict="off")
+    pc.sessions.create("s", system="Be brief.")
+    stats = [pc.chat(f"Message {i}.", session="s", max_new_tokens=4).stats for i in range(7)]
+    first = next(i for i, s in enumerate(stats) if s.turns_evicted)
+    quiet = [s for s in stats[first + 1:] if not s.turns_evicted]
+    assert quiet, "a turn after the eviction that evicts nothing"
+    assert all(s.approximate for s in stats[first:]), [s.approximate for s in stats]
+    assert not any(s.approximate for s in stats[:first])
+    pc.close()

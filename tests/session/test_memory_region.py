@@ -256,3 +256,13 @@ def test_facts_stored_rounded_are_recomputed_for_a_handle_that_keeps_kv_exact(pa
     assert not again.stats.approximate and again.stats.memory_spliced_tokens > 0
     _check_generate(pc, again)
     pc.disable()
+
+
+def test_the_turn_after_a_shifted_splice_still_says_approximate(pair: Any) -> None:
+    pc, _ = _enable(pair)
+    first = _store_then_chat(pc, "Be very very brief.")
+    assert first.stats.memory_shifted_tokens and first.stats.approximate
+    later = pc.chat(ASK + " Again?", session="c", memory_scope="ana", max_new_tokens=3)
+    assert not later.stats.memory_shifted_tokens  # the region's K/V stays: shifted in the turn before
+    assert later.stats.approximate
+    pc.close()
