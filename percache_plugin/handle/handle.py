@@ -228,8 +228,10 @@ class PerCache(HandleParts):
             try:
                 self.engine.configure(new, changed)
                 self.assistant.configure(old, changed)
+                self.sessions.layout.follow(self.engine.ctx.use_template)
             except BaseException:
                 self.engine.configure(old, changed)
+                self.sessions.layout.follow(self.engine.ctx.use_template)
                 raise
             if self.config.debug_log:
                 ensure_handler()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from transformers import DynamicCache
+
 from ..decode import DraftHints, context_limit, run_generate
 from ..decode.sources import SESSION
 from ..segments import Prompt, PromptPiece, Segment
@@ -56,6 +58,18 @@ class ChatRunner:
                 f"message of {len(turn_ids)} tokens plus max_new_tokens={max_new} exceeds the "
                 f"model's context of {limit} tokens")
 
+    def _follow_layout(self, session: Session) -> None:
+        """A session that never had a turn starts with the head and glue of the layout in use
+        now (the chat template setting may have changed since it was created), as a new one
+        would."""
+        if session.next_turn != 1:
+            return
+        head, glue = self.layout.head(session.system)
+        if head != session.head_ids or glue != session.first_glue:
+            session.head_ids, session.first_glue = head, glue
+            session.cache, session.keep = DynamicCache(), None
+            session.saved_upto, session.rewrite, session.approx_from = 0, True, None
+
     def turn(self, session: Session, message: str, stats: ChatStats, t0: float,
              generate_kwargs: dict[str, Any], memory: str = "",
              region: list[RegionFact] | None = None) -> Reply:
@@ -66,6 +80,7 @@ class ChatRunner:
         spliced (see :mod:`.memory_region`)."""
         if not isinstance(message, str) or not message:
             raise ValueError(f"message must be a non-empty str, got {message!r}")
+        self._follow_layout(session)
         kwargs = dict(generate_kwargs)
         kwargs.setdefault("max_new_tokens", 64)
         turn_ids = self.layout.turn(memory + message, session.glue())

@@ -46,6 +46,16 @@ class ChatLayout:
         self.use_template = use_template
         self._glue = self._split() if use_template else None
 
+    def follow(self, use_template: bool) -> None:
+        """Render with (or without) the chat template from now on (``configure(chat_template=)``):
+        later turns, heads of new sessions and of sessions without turns. Turns already in a
+        conversation keep their ids, as a handle resuming it from the store would.
+
+        :raises LayoutError: the template cannot be split (nothing changes)."""
+        if use_template != self.use_template:
+            self._glue = self._split() if use_template else None
+            self.use_template = use_template
+
     @property
     def template_exact(self) -> bool:
         """Whether concatenated turns decode to the template's rendering of the conversation."""
