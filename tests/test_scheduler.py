@@ -235,3 +235,20 @@ def test_prediction_seed_is_stable_across_processes() -> None:
         assert proc.returncode == 0, err
         seeds.add(out.strip())
     assert len(seeds) == 1 and "" not in seeds
+
+
+def test_knowledge_predictions_without_a_scope_ask_about_unscoped_chunks_only() -> None:
+    # scope=None means unscoped documents: questions about another scope's chunks queued under
+    # None would carry that scope's text into the unscoped QA bank.
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", prediction_quiet_s=30.0, knowledge_rounds=1)
+    mine = pc.add_documents(DOCS[:1]).new_chunks
+    theirs = pc.add_documents(DOCS[1:], scope="alice").new_chunks
+    assert mine and theirs
+    for t in pc.idle_queue.pending():
+        pc.idle_queue.done(t)
+    assert pc.predict("knowledge") == len(mine)
+    queued = [t for t in pc.idle_queue.pending() if t.kind == "predict_knowledge"]
+    assert {t.question for t in queued} == {f"chunk {c.id}" for c in mine}
+    assert {t.scope for t in queued} == {None}
+    pc.close()

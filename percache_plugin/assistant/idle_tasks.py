@@ -79,7 +79,7 @@ def _abstract(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
 
 
 def _scope_chunks(c: IdleContext, scope: str | None) -> list[str]:
-    """The ids of the chunks of ``scope`` (of it alone: listing None lists every scope)."""
+    """The ids of the chunks of ``scope`` (of it alone, whatever a plugin's listing holds)."""
     chunks = c.ctx.hooks.resolve_chunks(c.ctx, c.ctx.hooks.list_chunks(c.ctx, scope)) or []
     return [ch.id for ch in chunks if ch.scope == scope]
 

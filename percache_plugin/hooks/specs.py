@@ -340,7 +340,8 @@ def percache_list_chunks(ctx: AssistantContext, scope: str | None) -> list[str] 
     queues questions about each). firstresult.
 
     :param ctx: the assistant context.
-    :param scope: chunks of this scope only; None lists every scope.
+    :param scope: chunks of this scope only; None: unscoped chunks only (as retrieval reads
+        them), never another scope's.
     :return: chunk ids, or None to defer (no plugin: none).
     """
 

@@ -80,7 +80,7 @@ class KnowledgeRetrieval:
 
     @hookimpl(trylast=True)
     def percache_list_chunks(self, ctx: AssistantContext, scope: str | None) -> list[str]:
-        return [c.id for c in self.bank(ctx).chunks() if scope is None or c.scope == scope]
+        return [c.id for c in self.bank(ctx).chunks() if c.scope == scope]
 
     @hookimpl(trylast=True)
     def percache_chunk_vectors(self, ctx: AssistantContext,
