@@ -95,6 +95,8 @@ def _drop_exact(session: Session, victims: list[Turn], stats: ChatStats) -> None
     crop_to(session.cache, first)
     session.cropped(first)
     session.keep = None if session.keep is None else session.keep[:first]
+    # the next save rewrites the turn rows and the slots from ``first`` on (compact() too)
+    session.saved_upto, session.rewrite = min(session.saved_upto, first), True
     stats.history_recomputed += max(0, session.n_tokens - first)
 
 

@@ -140,3 +140,30 @@ def test_masked_turns_leave_when_the_snapshot_is_lost(tmp_path: Path) -> None:
     with pc.disabled():
         assert reply.token_ids == baseline(model, reply.prompt_ids, 4)[0]
     pc.close()
+
+
+def test_a_compacted_session_resumes_as_it_was_compacted(tmp_path: Path) -> None:
+    # compaction changes the turn rows and every slot from the first masked turn on: the next
+    # save must rewrite them, or a handle resuming the session gets the masked turns back and
+    # K/V sliced from the compacted cache at positions that now hold other ids
+    store = tmp_path / "store"
+    model, tok = tiny_pair("llama")
+    config = {"session_kv_tokens": 150, "session_low_water": 0.3, "session_eviction": "masked"}
+    pc = percache.enable(model, tok, store=store, **config)
+    for i in range(6):
+        pc.chat(f"Message {i}.", **GEN)
+    assert any(t.masked for t in pc.sessions.get("default").turns)
+    assert pc.sessions.compact("default") > 0
+    pc.configure(session_kv_tokens=None)  # no eviction rewrites the rows meanwhile
+    for i in range(3):
+        assert not pc.chat(f"After {i}.", **GEN).stats.turns_evicted
+    ids = pc.sessions.get("default").ids
+    pc.close()
+    pc = percache.enable(model, tok, store=store)
+    session = pc.sessions.get("default")
+    assert session.ids == ids and not any(t.masked for t in session.turns)
+    reply = pc.chat("One more.", **GEN)
+    assert not reply.stats.approximate
+    with pc.disabled():
+        assert reply.token_ids == baseline(model, reply.prompt_ids, 4)[0]
+    pc.close()
