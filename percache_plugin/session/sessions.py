@@ -217,14 +217,15 @@ class Sessions:
                 session.version = store.delete(name)
 
     def pin(self, name: str, turn_id: int, pinned: bool = True) -> None:
-        """Pin a turn of ``name`` (never evicted, not counted against the budget) or unpin it.
+        """Pin a turn of ``name`` (never evicted, not counted against the budget) or unpin it;
+        stored with the session's next turn (its turn rows are written again).
 
         :raises KeyError: the turn is not in context."""
         session = self.get(name)
         with session.lock:
             for turn in session.turns:
                 if turn.turn_id == turn_id:
-                    turn.pinned = pinned
+                    turn.pinned, session.rewrite = pinned, True
                     return
             raise KeyError(f"session {name!r} has no turn {turn_id} in context")
 
@@ -260,8 +261,7 @@ class Sessions:
         return forget_fact(self._engine, live, self._store, fact_id, keep_region=keep_region)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
-             persona: str | None = None,
-             **generate_kwargs: Any) -> Reply:
+             persona: str | None = None, **generate_kwargs: Any) -> Reply:
         """One turn: see :meth:`PerCache.chat`."""
         if persona is not None and session not in self._sessions:
             self._load_under(persona, session)

@@ -167,3 +167,26 @@ def test_a_compacted_session_resumes_as_it_was_compacted(tmp_path: Path) -> None
     with pc.disabled():
         assert reply.token_ids == baseline(model, reply.prompt_ids, 4)[0]
     pc.close()
+
+
+def test_a_pin_is_stored_with_the_next_turn(tmp_path: Path) -> None:
+    # a handle resuming the session kept evicting the pinned turn: its replies then differed
+    # from those of the handle that pinned it
+    model, tok = tiny_pair("llama")
+    config = {"session_kv_tokens": 120}
+
+    def run(store: Path, reopen: bool) -> list[int]:
+        pc = percache.enable(model, tok, store=store, **config)
+        pc.chat(MESSAGES[0], **GEN)
+        pc.sessions.pin("default", 1)
+        pc.chat(MESSAGES[1], **GEN)
+        if reopen:
+            pc.close()
+            pc = percache.enable(model, tok, store=store, **config)
+            assert [t.turn_id for t in pc.sessions.get("default").turns if t.pinned] == [1]
+        replies = [pc.chat(m, **GEN) for m in MESSAGES[2:]]
+        assert pc.sessions.get("default").evicted_turns and pc.sessions.get("default").turns[0].turn_id == 1
+        pc.close()
+        return replies[-1].prompt_ids
+
+    assert run(tmp_path / "reopened", True) == run(tmp_path / "continued", False)
