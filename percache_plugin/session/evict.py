@@ -49,6 +49,7 @@ def masked_keep(session: Session) -> torch.Tensor:
 def make_room(engine: Engine, session: Session, incoming: int, message: str, stats: ChatStats) -> None:
     """Evict turns so that ``incoming`` more tokens (the new turn and its reply) fit the budget."""
     config = engine.config
+    _leave_other_modes(session, config.session_eviction, stats)
     budget = config.session_kv_tokens
     if budget is None or session.ephemeral_tokens + incoming <= budget:
         return
@@ -87,6 +88,21 @@ def make_room(engine: Engine, session: Session, incoming: int, message: str, sta
         session.saved_upto = min(session.saved_upto, first)
 
 
+def _leave_other_modes(session: Session, mode: str, stats: ChatStats) -> None:
+    """What an inexact mode left when another mode is configured now (``configure()`` between
+    turns): masked turns leave exactly, and K/V that 'shifted' eviction RoPE-shifted is cropped
+    and computed again with this turn. So switching to 'exact' makes the next turn exact."""
+    if mode != "masked" and any(t.masked for t in session.turns):
+        compact(session, stats)
+    start = session.shifted_from
+    if mode != "shifted" and start is not None:
+        stats.history_recomputed += max(0, cache_tokens(session.cache) - start)
+        crop_to(session.cache, start)
+        session.cropped(start)
+        session.keep = None if session.keep is None else session.keep[:start]
+        session.saved_upto, session.rewrite = min(session.saved_upto, start), True
+
+
 def _drop_exact(session: Session, victims: list[Turn], stats: ChatStats) -> None:
     spans = turn_spans(session)
     first = min(spans[t.turn_id][0] for t in victims)
@@ -123,6 +139,8 @@ def _drop_shifted(engine: Engine, session: Session, victims: list[Turn], stats: 
     stats.tokens_shifted = max(0, n - first - k)
     if stats.tokens_shifted:
         session.approximate_from(first + k)
+        at = first + k  # shifted K/V from here on; an earlier eviction's may start before
+        session.shifted_from = at if session.shifted_from is None else min(session.shifted_from, at)
 
 
 def _recompute(engine: Engine, session: Session, start: int, k: int) -> None:

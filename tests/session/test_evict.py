@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -132,18 +134,42 @@ def test_shifted_eviction_of_a_turn_with_recalled_memory_is_exact() -> None:
     pc.close()
 
 
-@pytest.mark.parametrize("mode", ["shifted", "masked"])
-def test_turns_after_an_inexact_eviction_still_say_approximate(mode: str) -> None:
-    # the turns after the evicting one evict nothing but still attend to shifted K/V or run with
-    # masked slots left out: their replies are not those of a fresh prefill either
+def _inexact_session(mode: str, turns: int) -> tuple[Any, list[Any]]:
+    """A handle whose session "s" ran ``turns`` turns under a tight budget in ``mode``."""
     model, tok = tiny_pair("llama")
     pc = percache.enable(model, tok, session_kv_tokens=150, session_low_water=0.3, session_eviction=mode,
                          predict="off")
     pc.sessions.create("s", system="Be brief.")
-    stats = [pc.chat(f"Message {i}.", session="s", max_new_tokens=4).stats for i in range(7)]
+    return pc, [pc.chat(f"Message {i}.", session="s", max_new_tokens=4).stats for i in range(turns)]
+
+
+@pytest.mark.parametrize("mode", ["shifted", "masked"])
+def test_turns_after_an_inexact_eviction_still_say_approximate(mode: str) -> None:
+    # the turns after the evicting one evict nothing but still attend to shifted K/V or run with
+    # masked slots left out: their replies are not those of a fresh prefill either
+    pc, stats = _inexact_session(mode, 7)
     first = next(i for i, s in enumerate(stats) if s.turns_evicted)
     quiet = [s for s in stats[first + 1:] if not s.turns_evicted]
     assert quiet, "a turn after the eviction that evicts nothing"
     assert all(s.approximate for s in stats[first:]), [s.approximate for s in stats]
     assert not any(s.approximate for s in stats[:first])
+    pc.close()
+
+
+@pytest.mark.parametrize("mode", ["shifted", "masked"])
+def test_configuring_exact_eviction_makes_the_next_turn_exact(mode: str) -> None:
+    # switching the inexact mode off between turns: masked turns leave and shifted K/V is
+    # computed again, where both stayed and every later turn attended to them
+    pc, stats = _inexact_session(mode, 6)
+    model = pc.model
+    assert any(s.approximate for s in stats)
+    pc.configure(session_eviction="exact")
+    for i in range(3):
+        reply = pc.chat(f"Later {i}.", session="s", max_new_tokens=4)
+        assert not reply.stats.approximate, i
+        with pc.disabled():
+            want, logits = baseline(model, reply.prompt_ids, 4)
+        assert reply.token_ids == want
+        assert (reply.first_logits - logits).abs().max().item() <= 1e-4
+    assert not any(t.masked for t in pc.sessions.get("s").turns)
     pc.close()
