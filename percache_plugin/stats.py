@@ -40,6 +40,9 @@ class GenerationStats:
     load_s: float = 0.0
     # decoding with verified drafts (percache_plugin.decode); zero when drafting is off
     drafting: str = ""  # "on", or why drafting was not used ("off", "sampling", ...)
+    # the verify cost curve drafts were priced by: "built-in", "stored (measured <date>)",
+    # "measured now" or "given" (Config.draft_verify_cost); "" when drafting was not used
+    draft_cost_curve: str = ""
     tokens_drafted: int = 0  # draft tokens fed to the model for verification
     tokens_accepted: int = 0  # of them, equal to what the model chose (kept)
     decode_forwards: int = 0  # model forwards during decoding (the first token's included)
@@ -118,12 +121,16 @@ class StatsTotals:
     # paraphrases, this session (Config.answer_grounding; filled by pc.stats())
     answers_checked: int = 0
     answers_flagged: int = 0
+    # The verify cost curve drafts are priced by now (as GenerationStats.draft_cost_curve), and
+    # stored curves ignored because they did not read as one (filled by pc.stats())
+    draft_cost_curve: str = ""
+    draft_curves_ignored: int = 0
 
     def add(self, s: GenerationStats) -> None:
         self.requests += 1
         for f in dataclasses.fields(self):
             if f.name in ("requests", "fallbacks", "qa_lookups", "qa_hits", "answers_checked",
-                          "answers_flagged"):
+                          "answers_flagged", "draft_cost_curve", "draft_curves_ignored"):
                 continue
             setattr(self, f.name, getattr(self, f.name) + getattr(s, f.name))
         self.fallbacks += bool(s.fallback)

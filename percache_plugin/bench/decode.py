@@ -8,7 +8,11 @@ QA bank only (the stored answers of the nearest questions), from the session onl
 to the earlier paraphrases of the same meeting, as in a conversation), and from every source
 (``combined``: as ``Config`` has it; ``chain``: every source, one draft per forward; ``tree``:
 every source, token trees; ``fixed`` / ``online``: every source, with
-``Config.draft_cost_online`` off / on). The prompt's chunks are cached before the timed runs, so a request
+``Config.draft_cost_online`` off / on; ``builtin``: every source, priced by the built-in verify
+cost curve whatever the store holds). ``--calibrate`` measures the verify cost curve once
+(``pc.measure_verify_cost()``) and stores it in every meeting's store before its handle is
+enabled, so ``combined`` shows what a default handle on a store holding a measured curve does
+(side by side with ``builtin``). The prompt's chunks are cached before the timed runs, so a request
 is one token of prefill and ``--new-tokens`` of decoding. Two speeds are reported: the request's
 (new tokens over the whole request's time) and the decode phase's (the tokens after the first
 forward over the time after it: the prompt forward and the reuse path are time to first token,
@@ -40,13 +44,14 @@ from ..decode.acceptance import AcceptanceHistory
 from ..decode.sources import QA_BANK, SESSION, DraftHints
 from ..rag.qmsum import Meeting, iter_meetings, meeting_text
 from .common import DEFAULT_QMSUM, markdown_table, median, require_qmsum, write_json
+from .decode_curve import calibrate_once, parse_curve, store_curve
 
 __all__ = ["add_arguments", "run", "run_benchmark", "answer_row", "summarize", "MODES", "DEFAULT_MODES", "TREE"]
 
 PARAPHRASES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "qa_paraphrases.json"
 MODES: dict[str, tuple[str, ...] | None] = {
     "prompt": ("prompt",), "qa_bank": (QA_BANK,), "session": (SESSION,), "combined": None,
-    "chain": None, "tree": None, "fixed": None, "online": None}
+    "chain": None, "tree": None, "fixed": None, "online": None, "builtin": None}
 TREE: dict[str, bool] = {"chain": False, "tree": True}  # Config.draft_tree per mode (others: the default)
 ONLINE: dict[str, bool] = {"fixed": False, "online": True}  # Config.draft_cost_online per mode (others: the default)
 DEFAULT_MODES = ("prompt", "qa_bank", "session", "combined")
@@ -73,16 +78,17 @@ def _meetings(data: Path, ids: set[str]) -> dict[str, Meeting]:
 
 
 def _timed(pc: Any, segments: Any, n: int, hints: DraftHints, mode: str, tree_default: bool,
-           online_default: bool) -> dict[str, Any]:
+           online_default: bool, cost_default: tuple[float, ...] | None = None) -> dict[str, Any]:
     if mode == "plain":
         pc.configure(drafting=False)
     else:
+        builtin = pc.engine.drafts.builtin(pc.config).ratios if mode == "builtin" else None
         pc.configure(drafting=True, draft_sources=MODES[mode], draft_tree=TREE.get(mode, tree_default),
-                     draft_cost_online=ONLINE.get(mode, online_default))
+                     draft_cost_online=ONLINE.get(mode, online_default), draft_verify_cost=builtin or cost_default)
     t0 = time.perf_counter()
     gen = pc.generate(segments, max_new_tokens=n, do_sample=False, drafts=hints)
     s = gen.stats
-    return {"ids": gen.token_ids, "s": time.perf_counter() - t0, "new": s.new_tokens,
+    return {"ids": gen.token_ids, "curve": s.draft_cost_curve, "s": time.perf_counter() - t0, "new": s.new_tokens,
             "forwards": s.decode_forwards or s.new_tokens, "drafted": s.tokens_drafted,
             "accepted": s.tokens_accepted, "reused": s.tokens_reused, "trees": s.draft_tree_forwards,
             "ttft": s.ttft_s, "decode_s": s.total_s - s.ttft_s, "first": s.first_forward_tokens}
@@ -113,7 +119,7 @@ def answer_row(runs: dict[str, list[dict[str, Any]]], modes: tuple[str, ...]) ->
     plain_ids = plain[0]["ids"]
     row: dict[str, Any] = {}
     for mode, rs in runs.items():
-        row[mode] = {"identical": all(x["ids"] == plain_ids for x in rs),
+        row[mode] = {"identical": all(x["ids"] == plain_ids for x in rs), "curve": rs[0].get("curve", ""),
                      "tok_s": median([x["new"] / x["s"] for x in rs]),
                      "forwards": rs[0]["forwards"], "drafted": rs[0]["drafted"],
                      "accepted": rs[0]["accepted"], "trees": rs[0].get("trees", 0)}
@@ -174,10 +180,11 @@ def _trace(pc: Any, segments: Any, hints: DraftHints, plain_ids: list[int]) -> d
 def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions: int, new_tokens: int,
                   repeats: int, progress: bool = True, partial: Path | None = None, skip: int = 0,
                   modes: tuple[str, ...] = DEFAULT_MODES, trace: bool = False,
-                  verify_cost: tuple[float, ...] | None = None) -> dict[str, Any]:
+                  verify_cost: tuple[float, ...] | None = None, calibrate: bool = False) -> dict[str, Any]:
     """Every question in every mode of ``modes`` (and plain); ``partial`` receives the rows so far
     after each question; ``trace`` keeps each request's replay inputs in its row; ``verify_cost``
-    is ``Config.draft_verify_cost`` (None: the default curve)."""
+    is ``Config.draft_verify_cost`` (None: the default curve); ``calibrate`` measures the curve
+    once and stores it in every meeting's store first."""
     import percache_plugin as percache
 
     from ..assistant.ask import qa_drafts, segments_for
@@ -188,8 +195,13 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
     plan = _pairs(PARAPHRASES, meetings, questions, skip)
     found = _meetings(data, set(plan))
     rows: list[dict[str, Any]] = []
+    calibration: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as tmp:
+        if calibrate:
+            calibration = calibrate_once(model, tok, Path(tmp) / "calibration")
         for mid, qs in plan.items():
+            if calibration is not None:  # the store holds the curve before its handle opens
+                store_curve(Path(tmp) / mid, model, calibration)
             pc = percache.enable(model, tok, store=Path(tmp) / mid, drafting=False,
                                 draft_verify_cost=verify_cost)
             tree_default, online_default = pc.config.draft_tree, pc.config.draft_cost_online
@@ -218,7 +230,7 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
                     for mode in order:
                         _clean_history(pc, mode, histories)
                         runs.setdefault(mode, []).append(_timed(pc, segments, new_tokens, hints, mode, tree_default,
-                                                                  online_default))
+                                                                  online_default, verify_cost))
                         after[mode] = pc.engine.draft_history
                 histories.update(after)  # every round of a mode ends in the same state (deterministic)
                 plain_ids = runs["plain"][0]["ids"]
@@ -239,7 +251,8 @@ def run_benchmark(model: Any, tok: Any, data: Path, *, meetings: int, questions:
             pc.close()
     summary = summarize(rows, modes)
     return {"rows": rows, "summary": summary, "questions": len(rows), "meetings": list(plan), "skip": skip,
-            "verify_cost": list(verify_cost) if verify_cost else None, "new_tokens": new_tokens, "repeats": repeats, "threads": torch.get_num_threads()}
+            "verify_cost": list(verify_cost) if verify_cost else None, "calibration": calibration,
+            "curves": {m: sorted({r[m]["curve"] for r in rows}) for m in modes}, "new_tokens": new_tokens, "repeats": repeats, "threads": torch.get_num_threads()}
 
 
 def _x(ratio: float | None) -> str:
@@ -268,18 +281,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "forward verifying k draft tokens costs in one-token forwards on this machine; "
                         "benchmarks/verify_cost.py or benchmarks/decode_overhead.py measure it); "
                         "default: the built-in curve")
-
-
-def _curve(text: str | None) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        curve = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise SystemExit(f"--verify-cost must be comma-separated numbers, got {text!r}") from None
-    if not curve or any(not r > 0 for r in curve):
-        raise SystemExit(f"--verify-cost must list positive ratios (k = 1, 2, ...), got {text!r}")
-    return curve
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure the verify cost curve once (pc.measure_verify_cost()) and store it in every "
+                        "meeting's store before its handle opens: 'combined' then prices drafts by it, "
+                        "'builtin' by the built-in curve")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -291,7 +296,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model, tok = load_smollm2(status=True)
     payload = run_benchmark(model, tok, args.data, meetings=args.meetings, questions=args.questions,
                             new_tokens=args.new_tokens, repeats=args.repeats, partial=args.json,
-                            skip=args.skip, modes=modes, trace=args.trace, verify_cost=_curve(args.verify_cost))
+                            skip=args.skip, modes=modes, trace=args.trace, verify_cost=parse_curve(args.verify_cost),
+                            calibrate=args.calibrate)
     s = payload["summary"]
     print(markdown_table(
         ["mode", "median request tok/s", "median speed-up (request)", "min", "answers >5% slower",
@@ -305,6 +311,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _x(s[m]["min_decode_speedup"]), s[m]["decode_slower_than_5pct"], s[m]["decode_slower_every_round"],
             _x(s[m]["median_ttft_ratio"]), s[m]["more_forwards_than_plain"],
             f"{s[m]['acceptance']:.0%}", s[m]["forwards"], s[m]["tree_forwards"]] for m in modes]]))
+    if payload["calibration"] is not None:
+        c = payload["calibration"]
+        print(f"measured curve ({c['seconds']} s): {', '.join(f'{r:.2f}' for r in c['ratios'])}")
+    print("curves used: " + "; ".join(f"{m}: {', '.join(payload['curves'][m])}" for m in modes))
     differ = sum(s[m]["not_identical"] for m in modes)
     print(f"{payload['questions']} questions over meetings {', '.join(payload['meetings'])}, {args.new_tokens} new "
           f"tokens, {args.threads} thread(s), {args.repeats} interleaved round(s) per answer (speed-ups: medians "

@@ -21,9 +21,12 @@ from typing import Any
 
 import torch
 
+from ..core.preemption import Preempted
+from .chunked import StopCheck, prefill_chunked
 from .generate import context_limit
 
-__all__ = ["Route", "time_forwards", "measure_curve", "check_arguments", "WARMUP_ROUNDS"]
+__all__ = ["Route", "time_forwards", "measure_curve", "check_arguments", "fit_cached", "forward_tokens",
+           "WARMUP_ROUNDS"]
 
 Route = Callable[[int], AbstractContextManager[Any]]
 """The context a forward feeding ``k`` draft tokens runs in (e.g. packed linear weights for ``k >= 1``)."""
@@ -73,12 +76,30 @@ def check_arguments(model: Any, cached_tokens: int, max_k: int, repeats: int) ->
                          f"got cached_tokens={cached_tokens}, max_k={max_k}")
 
 
+def fit_cached(model: Any, cached_tokens: int, max_k: int) -> int:
+    """``cached_tokens``, or fewer where the model's context cannot hold them and ``max_k + 1``
+    more (at least 1)."""
+    limit = context_limit(model)
+    return cached_tokens if limit is None else max(1, min(cached_tokens, limit - max_k - 1))
+
+
+def forward_tokens(cached_tokens: int, max_k: int, repeats: int) -> int:
+    """Tokens :func:`measure_curve` computes: the cache, then ``k + 1`` per timed forward."""
+    return cached_tokens + (repeats + WARMUP_ROUNDS) * sum(k + 1 for k in range(max_k + 1))
+
+
 def measure_curve(model: Any, *, cached_tokens: int, max_k: int, repeats: int,
                   route: Route = lambda k: contextlib.nullcontext(), seed: int = 0,
-                  progress: bool = True) -> tuple[float, ...]:
+                  progress: bool = True, should_stop: StopCheck | None = None,
+                  prefill_chunk: int = 256) -> tuple[float, ...]:
     """The verify cost ratios of ``model`` for ``k = 1 .. max_k``: the median time of a forward
     feeding ``k + 1`` tokens over a cache of ``cached_tokens`` over the median of a one-token
     forward over it, all in ``route``.
+
+    ``should_stop`` (idle-time measuring) is checked before every forward, the cache built in
+    forwards of at most ``prefill_chunk`` tokens then; when it returns True the measuring is
+    abandoned and :class:`~percache_plugin.core.preemption.Preempted` raised (nothing is returned,
+    so nothing partial can be kept).
 
     The cache holds random token ids (``seed``): a forward's time does not depend on which
     tokens it computes. Ratios below 1.0 (a verify forward measured faster than a one-token
@@ -97,10 +118,18 @@ def measure_curve(model: Any, *, cached_tokens: int, max_k: int, repeats: int,
     cache = DynamicCache()
     with torch.inference_mode(), tqdm(total=(repeats + WARMUP_ROUNDS) * len(ks), desc="verify cost",
                                       unit="forward", delay=2.0, disable=not progress) as bar:
-        model(input_ids=torch.tensor([ids[:cached_tokens]], device=_device(model)),
-              past_key_values=cache, use_cache=True, logits_to_keep=1)
-        times = time_forwards(model, cache, ids, cached_tokens, ks, {"": route}, repeats,
-                              step=lambda: bar.update())
+        if should_stop is None:
+            model(input_ids=torch.tensor([ids[:cached_tokens]], device=_device(model)),
+                  past_key_values=cache, use_cache=True, logits_to_keep=1)
+        elif prefill_chunked(model, ids, cache, 0, cached_tokens, prefill_chunk, should_stop) < cached_tokens:
+            raise Preempted("verify cost measuring yielded to a foreground request or the idle budget")
+
+        def step() -> None:
+            bar.update()
+            if should_stop is not None and should_stop():
+                raise Preempted("verify cost measuring yielded to a foreground request or the idle budget")
+
+        times = time_forwards(model, cache, ids, cached_tokens, ks, {"": route}, repeats, step=step)
     base = statistics.median(times["", 0])
     return tuple(round(max(1.0, statistics.median(times["", k]) / base), 3) for k in ks[1:])
 

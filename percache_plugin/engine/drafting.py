@@ -9,6 +9,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..attention.masks import MaskFunction
+from ..best_effort import best_effort
+from ..config import Config
 from ..decode import (
     SMOLLM2_CPU_COST,
     SMOLLM2_CPU_COST_PACKED,
@@ -21,11 +23,14 @@ from ..decode import (
     VerifyCost,
     greedy_reason,
 )
+from ..decode.calibrate import measure_curve
+from ..decode.chunked import StopCheck
+from ..decode.stored_cost import CurveLookup, StoredCurve
 from ..decode.tree import tree_usable
 from ..hooks.contexts import EngineContext
 from ..hooks.manager import Hooks
 from ..segments import Prompt
-from ..stats import GenerationStats
+from ..stats import GenerationStats, StatsTotals
 
 __all__ = ["DraftSetup"]
 
@@ -33,14 +38,61 @@ __all__ = ["DraftSetup"]
 class DraftSetup:
     """What every drafted decoding of one handle shares: how drafts of each kind fared across
     answers (``history``), the verify cost measured on its forwards
-    (``Config.draft_cost_online``: one :class:`~percache_plugin.decode.MeasuredCost` per curve)
-    and the packed weights (``Config.draft_packed_linears``: packed at first use)."""
+    (``Config.draft_cost_online``: one :class:`~percache_plugin.decode.MeasuredCost` per curve),
+    the packed weights (``Config.draft_packed_linears``: packed at first use) and the verify cost
+    curves measured on this machine and kept in the store (``curves``).
 
-    def __init__(self, model: Any) -> None:
+    :ivar measured_now: the curve :meth:`measure` returned last (stats name it "measured now"
+        while it is ``Config.draft_verify_cost``).
+    """
+
+    def __init__(self, model: Any, curves: CurveLookup | None = None) -> None:
         self._model = model
         self.history = AcceptanceHistory()
         self.measured: dict[VerifyCost, MeasuredCost] = {}
         self._packing = PackOnDemand(model)
+        self.curves = curves if curves is not None else CurveLookup(None)
+        self.measured_now: tuple[float, ...] | None = None
+
+    def curve(self, fingerprint: str, config: Config) -> tuple[VerifyCost, str]:
+        """The curve drafts are priced by now, and how stats name it: ``"given"``
+        (``Config.draft_verify_cost``), ``"measured now"`` (by this handle), ``"stored (measured
+        <date>)"`` (found in the store for this model and machine) or ``"built-in"``."""
+        cost = config.draft_verify_cost
+        if cost:
+            return VerifyCost(cost), "measured now" if cost == self.measured_now else "given"
+        stored = self.stored(fingerprint, config)
+        if stored is not None:
+            return VerifyCost(stored.ratios), stored.label()
+        return self.builtin(config), "built-in"
+
+    def builtin(self, config: Config) -> VerifyCost:
+        """The built-in curve for ``config``: with or without packed weights as they are used."""
+        return SMOLLM2_CPU_COST_PACKED if self.packs(config) else SMOLLM2_CPU_COST
+
+    def packs(self, config: Config) -> bool:
+        """Whether verify forwards run over packed linear weights under ``config``."""
+        return self._packing.where(config.draft_packed_linears) is not None
+
+    def stored(self, fingerprint: str, config: Config) -> StoredCurve | None:
+        """The curve stored for this model, machine and packing, or None (one lookup per key
+        and handle)."""
+        return self.curves.get(fingerprint, self._model, self.packs(config))
+
+    def measure(self, fingerprint: str, config: Config, totals: StatsTotals, *, cached_tokens: int,
+                max_k: int, repeats: int, progress: bool = False,
+                should_stop: StopCheck | None = None) -> tuple[float, ...]:
+        """Measure the verify cost curve as drafted decoding runs its forwards
+        (:func:`~percache_plugin.decode.calibrate.measure_curve`) and store it for this model
+        and machine (a failed write is counted in ``totals.store_errors``; the handle uses the
+        curve anyway). Raises ``Preempted`` when ``should_stop`` ends it: nothing is stored."""
+        packed = self.packs(config)
+        curve = measure_curve(self._model, cached_tokens=cached_tokens, max_k=max_k, repeats=repeats,
+                              route=self.verify_route(config.draft_packed_linears), progress=progress,
+                              should_stop=should_stop, prefill_chunk=config.background_prefill_chunk)
+        with best_effort("storing the measured verify cost curve", totals):
+            self.curves.put(fingerprint, self._model, packed, curve)
+        return curve
 
     def for_request(self, ctx: EngineContext, hooks: Hooks, prompt: Prompt, kwargs: dict[str, Any],
                     hints: DraftHints | None, stats: GenerationStats, *, enabled: bool,
@@ -54,7 +106,7 @@ class DraftSetup:
             return None
         sources = hooks.draft_sources(ctx, prompt, hints or DraftHints())
         packed, cost = self._packing.where(config.draft_packed_linears), config.draft_verify_cost
-        curve = VerifyCost(cost) if cost else SMOLLM2_CPU_COST_PACKED if packed else SMOLLM2_CPU_COST
+        curve, stats.draft_cost_curve = self.curve(ctx.fingerprint, config)
         priced: VerifyCost | MeasuredCost = curve
         if config.draft_cost_online and not cost:  # a curve the caller gives is used as given
             priced = self.measured.setdefault(curve, MeasuredCost(curve))
@@ -83,5 +135,6 @@ class DraftSetup:
         return self._packing.packed is not None
 
     def release(self) -> None:
-        """Free the packed copies."""
+        """Free the packed copies and close the curves' database."""
         self._packing.where(False)
+        self.curves.close()

@@ -23,12 +23,14 @@ from ..core.capabilities import Capabilities
 from ..core.preemption import Preempted, Preemption
 from ..decode import AcceptanceHistory, DraftedDecoding, DraftHints, run_generate
 from ..decode.chunked import StopCheck, interrupt_check, prefill_rest
+from ..decode.stored_cost import CurveLookup
 from ..fingerprint import ModelFingerprint
 from ..hooks.contexts import EngineContext
 from ..hooks.manager import Hooks, make_plugin_manager
 from ..hooks.registries import Registries
 from ..kv.blocks import block_prompt, plain_ids
 from ..kv.cache import empty_cache
+from ..kv.store import DB_NAME
 from ..kv.stores import FingerprintStores
 from ..request import (
     Finish,
@@ -66,7 +68,7 @@ class Engine:
         self.lock = threading.RLock()
         self.preemption = preemption or Preemption()
         self._totals = StatsTotals()
-        self.drafts = DraftSetup(model)
+        self.drafts = DraftSetup(model, CurveLookup(None if self._path is None else self._path / DB_NAME))
         self.plugins: pluggy.PluginManager = make_plugin_manager()
         for plugin in plugins:  # before anything asks the hooks (the model profile, below)
             self.plugins.register(plugin)

@@ -12,7 +12,6 @@ from ..assistant import Answer, Assistant
 from ..assistant.worker import IdleWorker
 from ..config import Config
 from ..core.debuglog import ensure_handler
-from ..decode.calibrate import measure_curve
 from ..engine import Engine
 from ..idle import IdleReport
 from ..memory.api import Memory
@@ -182,6 +181,9 @@ class PerCache(HandleParts):
         totals.qa_lookups, totals.qa_hits = self.assistant.qa_counters()
         totals.answers_checked = self.assistant.grounding.checked
         totals.answers_flagged = self.assistant.grounding.flagged
+        with self.engine.lock:
+            totals.draft_cost_curve = self.engine.drafts.curve(self.engine.fingerprint, self.config)[1]
+        totals.draft_curves_ignored = self.engine.drafts.curves.ignored
         return totals
 
     # -- settings and life cycle -----------------------------------------------------------
@@ -198,6 +200,9 @@ class PerCache(HandleParts):
         (:mod:`~percache_plugin.decode.calibrate`); ratios measured below 1.0 (noise: a verify
         forward never costs less than a one-token one) are clipped to 1.0. Measure at the load
         and thread count decoding will run with. ``progress`` shows a progress bar after 2 s.
+        The curve is also stored for this model and machine
+        (:mod:`~percache_plugin.decode.stored_cost`): a later handle on the store with
+        ``draft_verify_cost=None`` prices drafts by it.
 
         :raises ValueError: an argument is not a positive int, or the cache and drafts exceed
             the model's context (the message names it).
@@ -205,9 +210,11 @@ class PerCache(HandleParts):
         with self.engine.preemption.foreground(self.engine.lock):
             if self.engine.closed:
                 raise RuntimeError("this percache handle was closed; call enable() again")
-            route = self.engine.drafts.verify_route(self.config.draft_packed_linears)
-            curve = measure_curve(self.model, cached_tokens=cached_tokens, max_k=max_k,
-                                  repeats=repeats, route=route, progress=progress)
+            drafts = self.engine.drafts
+            curve = drafts.measure(self.engine.follow_model(), self.config, self.engine.stats(),
+                                   cached_tokens=cached_tokens, max_k=max_k, repeats=repeats,
+                                   progress=progress)
+            drafts.measured_now = curve
             self.configure(draft_verify_cost=curve)
         return curve
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from percache_plugin.bench.decode import PARAPHRASES, _pairs, answer_row, run_benchmark, summarize
+from tests.helpers import SEGMENTS, tiny_pair
 
 
 def test_skip_gives_a_split_disjoint_from_the_first_meetings() -> None:
@@ -98,7 +99,8 @@ def test_the_fixed_and_online_modes_set_the_measured_verify_cost_and_combined_ke
 
     calls: list[dict[str, object]] = []
     stats = SimpleNamespace(new_tokens=2, decode_forwards=1, tokens_drafted=1, tokens_accepted=1, tokens_reused=0,
-                            draft_tree_forwards=0, ttft_s=0.1, total_s=0.2, first_forward_tokens=1)
+                            draft_tree_forwards=0, ttft_s=0.1, total_s=0.2, first_forward_tokens=1,
+                            draft_cost_curve="built-in")
     pc = SimpleNamespace(configure=lambda **kw: calls.append(kw),
                          generate=lambda *a, **kw: SimpleNamespace(token_ids=[1, 2], stats=stats))
     for mode in ("fixed", "combined", "online", "combined"):
@@ -106,8 +108,24 @@ def test_the_fixed_and_online_modes_set_the_measured_verify_cost_and_combined_ke
     assert [c["draft_cost_online"] for c in calls] == [False, False, True, False]
 
 
+def test_the_builtin_mode_gives_the_builtin_curve_and_combined_the_handles_default() -> None:
+    import percache_plugin as percache
+    from percache_plugin.bench.decode import _timed
+    from percache_plugin.decode import SMOLLM2_CPU_COST, SMOLLM2_CPU_COST_PACKED
+    from percache_plugin.decode.sources import DraftHints
+
+    model, tok = tiny_pair("llama")
+    with percache.enable(model, tok) as pc:
+        pc.engine.drafts.curves.put(pc.fingerprint, model, pc.engine.drafts.packs(pc.config), (1.5, 1.6))
+        combined = _timed(pc, SEGMENTS, 4, DraftHints(), "combined", False, False)
+        assert pc.config.draft_verify_cost is None and combined["curve"] == "measured now"
+        builtin = _timed(pc, SEGMENTS, 4, DraftHints(), "builtin", False, False)
+        assert builtin["curve"] == "given"
+        assert pc.config.draft_verify_cost in (SMOLLM2_CPU_COST.ratios, SMOLLM2_CPU_COST_PACKED.ratios)
+
+
 def test_verify_cost_option_parses_a_curve_and_names_bad_input() -> None:
-    from percache_plugin.bench.decode import _curve
+    from percache_plugin.bench.decode_curve import parse_curve as _curve
 
     assert _curve(None) is None
     assert _curve("1.6, 1.7,2") == (1.6, 1.7, 2.0)
