@@ -397,6 +397,16 @@ class Config:
         "side; docs/BENCHMARKS.md).",
         False,
     )
+    draft_calibrate_idle: bool = _help(
+        "With draft_verify_cost=None and drafting on, a handle that finds no verify cost curve "
+        "stored for its model and machine (fingerprint, CPU model and ISA flags, device, torch "
+        "version and threads, packed linears) queues the idle task 'calibrate': it measures the "
+        "curve as pc.measure_verify_cost() does (about 35 s for SmolLM2 on one CPU thread), "
+        "yielding to foreground calls between forwards, and stores it; drafts are then priced by "
+        "it (stats.draft_cost_curve names the curve in use). False: the built-in curve unless one "
+        "is stored or given.",
+        True,
+    )
     draft_packed_linears: bool = _help(
         "Drafted decoding computes the model's float32 CPU linear layers with oneDNN over weights "
         "packed once (decode/packed.py) in the forwards that verify drafts: one verifying 1-8 "
@@ -599,7 +609,8 @@ class Config:
             raise ConfigError(f"prefix_block_tokens must be a positive int, got {block!r}")
 
     def _check_drafting(self) -> None:
-        for name in ("drafting", "draft_packed_linears", "draft_tree", "draft_cost_online"):
+        for name in ("drafting", "draft_packed_linears", "draft_tree", "draft_cost_online",
+                     "draft_calibrate_idle"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.draft_sources is not None:

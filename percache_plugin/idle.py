@@ -14,7 +14,7 @@ from .sqlite_tx import Schema, connect
 __all__ = ["IdleTask", "IdleQueue", "IdleReport", "TaskKind", "TASK_KINDS"]
 
 TaskKind = Literal["answer", "refresh", "abstract", "predict_knowledge", "predict_history",
-                   "populate", "decode", "reprefill", "warm"]
+                   "populate", "decode", "reprefill", "warm", "calibrate"]
 TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
 _SCHEMA = Schema("idle", 1, """
 CREATE TABLE IF NOT EXISTS idle_tasks (
@@ -33,7 +33,8 @@ class IdleTask:
         ``refresh`` (regenerate a stale QA entry after new documents), ``abstract`` (summarize
         new chunks of ``scope``; question ``rebuild``: every chunk of it, after a removal), ``predict_knowledge`` / ``predict_history`` (predict
         questions; ``question`` names the round), ``populate`` (process a predicted question),
-        ``decode`` (answer a prefill-only entry), ``reprefill`` (restore evicted chunk K/V).
+        ``decode`` (answer a prefill-only entry), ``reprefill`` (restore evicted chunk K/V),
+        ``warm`` (store a new chunk's K/V), ``calibrate`` (measure the verify cost curve).
     """
 
     id: int
@@ -93,10 +94,14 @@ class IdleQueue:
     :param db_path: the store's SQLite file, or None for memory.
     :param kinds: the task kinds that may be queued (default: the built-in ones; a handle
         passes its registry, which plugins extend).
+    :param last: kinds that run only when no task of another kind is runnable (``calibrate``:
+        it serves no question, so it waits for the work that does).
     """
 
-    def __init__(self, db_path: Path | None, *, kinds: Collection[str] = TASK_KINDS) -> None:
+    def __init__(self, db_path: Path | None, *, kinds: Collection[str] = TASK_KINDS,
+                 last: Collection[str] = ()) -> None:
         self._kinds = kinds
+        self._last = tuple(sorted(last))
         self._lock = threading.RLock()
         self._db = connect(db_path, _SCHEMA)
 
@@ -118,13 +123,14 @@ class IdleQueue:
             return False
 
     def peek(self, *, ignore_quiet: bool = False) -> IdleTask | None:
-        """The oldest runnable task (it stays queued until :meth:`done`, so a crash or a
-        preemption mid-task runs it again later). ``ignore_quiet``: also tasks still in their
+        """The oldest runnable task, those of the ``last`` kinds after every other (it stays
+        queued until :meth:`done`, so a crash or a preemption mid-task runs it again later). ``ignore_quiet``: also tasks still in their
         quiet period (an explicit ``idle()`` call runs them at once)."""
         with self._lock:
+            marks = ", ".join("?" * len(self._last))
             row = self._db.execute(
-                f"SELECT {_COLS} FROM idle_tasks WHERE not_before <= ? ORDER BY id LIMIT 1",
-                (float("inf") if ignore_quiet else time.time(),)).fetchone()
+                f"SELECT {_COLS} FROM idle_tasks WHERE not_before <= ? ORDER BY kind IN ({marks}), id LIMIT 1",
+                (float("inf") if ignore_quiet else time.time(), *self._last)).fetchone()
             return None if row is None else IdleTask(*row)
 
     def done(self, task: IdleTask) -> None:

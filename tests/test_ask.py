@@ -25,7 +25,8 @@ def _pc(store: Path | None = None, **config: object) -> percache.PerCache:
     model, tok = tiny_pair("llama")
     config.setdefault("predict", "off")
     config.setdefault("background_max_new_tokens", 4)
-    return percache.enable(model, tok, store=store, embedder="hash", answer_grounding=False, **config)
+    # draft_calibrate_idle off: these tests count the other idle tasks (tests/assistant/test_calibrate_task.py)
+    return percache.enable(model, tok, draft_calibrate_idle=False, store=store, embedder="hash", answer_grounding=False, **config)
 
 
 def test_miss_then_hit_then_deferred_answer() -> None:
@@ -106,7 +107,7 @@ sys.path.insert(0, {root!r})
 import percache_plugin as percache
 from tests.helpers import tiny_pair
 model, tok = tiny_pair("llama")
-pc = percache.enable(model, tok, store={store!r}, embedder="hash", answer_grounding=False)
+pc = percache.enable(model, tok, draft_calibrate_idle=False, store={store!r}, embedder="hash", answer_grounding=False)
 hit = pc.ask("When is the choir rehearsal?", scope="alice", max_new_tokens=4)
 para = pc.ask("Tell me who borrowed the projector", scope="alice", max_new_tokens=4)
 print(json.dumps([hit.source, hit.text, para.source, para.stats.tokens_reused, len(pc.knowledge)]))
@@ -151,7 +152,7 @@ def test_qa_answers_are_bound_to_the_model_fingerprint(tmp_path: Path) -> None:
     assert answer.source == "generated"
     first.close()
     model, tok = tiny_pair("llama", hidden_size=48)  # another model on the same store
-    other = percache.enable(model, tok, store=store, embedder="hash", answer_grounding=False, predict="off")
+    other = percache.enable(model, tok, draft_calibrate_idle=False, store=store, embedder="hash", answer_grounding=False, predict="off")
     assert other.fingerprint != first.fingerprint
     again = other.ask("When is the choir rehearsal?", scope="alice", **GEN)
     assert again.source == "generated"  # not the first model's stored answer

@@ -24,7 +24,8 @@ def _pc(**config: Any) -> percache.PerCache:
     # answer_grounding off: a random tiny model emits stray digits, which the check would flag
     config = {"embedder": "hash", "predict": "off", "background_max_new_tokens": 3,
               "answer_grounding": False, **config}
-    pc = percache.enable(model, tok, **config)
+    # draft_calibrate_idle off: these tests count the other idle tasks (tests/assistant/test_calibrate_task.py)
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, **config)
     pc.add_documents(DOCS, scope="u")
     return pc
 
@@ -139,7 +140,7 @@ def test_background_compute_is_accounted_per_kind() -> None:
 
 def test_documents_trigger_per_chunk_predictions_then_abstract() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, embedder="hash", prediction_quiet_s=30.0, knowledge_rounds=2)
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", prediction_quiet_s=30.0, knowledge_rounds=2)
     report = pc.add_documents(DOCS, scope="u")
     pending = pc.idle_queue.pending()
     n = len(report.new_chunks)
@@ -156,7 +157,7 @@ def test_documents_trigger_per_chunk_predictions_then_abstract() -> None:
 
 def test_explicit_idle_does_not_wait_for_the_quiet_period() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, embedder="hash", prediction_quiet_s=30.0,
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", prediction_quiet_s=30.0,
                          background_max_new_tokens=4)
     pc.add_documents(DOCS, scope="u")
     report = pc.idle()
@@ -168,7 +169,7 @@ def test_explicit_idle_does_not_wait_for_the_quiet_period() -> None:
 def test_budget_stops_at_the_next_token() -> None:
     model, tok = tiny_pair("llama", num_hidden_layers=4)
     # kv_warm off: the budget must stop this populate's decoding, not the warm tasks queued first
-    pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.8,
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off", similarity_threshold=0.8,
                          population_cutoff=0.9, background_max_new_tokens=7000, kv_warm=False)
     pc.add_documents(DOCS, scope="u")
     pc.idle_queue.push("populate", PREDICTED[0], "u")
@@ -187,7 +188,7 @@ def test_budget_stops_at_the_next_token() -> None:
 def test_foreground_preempts_background_decoding() -> None:
     model, tok = tiny_pair("llama", num_hidden_layers=4)
     # kv_warm off: this is about a decoding task (warming is preempted in tests/assistant/test_warm.py)
-    pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.8,
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off", similarity_threshold=0.8,
                          population_cutoff=0.9, background_max_new_tokens=4000, kv_warm=False)
     pc.add_documents(DOCS, scope="u")
     decoding = threading.Event()

@@ -66,7 +66,8 @@ def test_idle_prediction_populates_the_banks(smollm2: tuple[Any, Any]) -> None:
     """The real model predicts questions about each note, and the scheduler populates."""
     model, tok = smollm2
     pc = percache.enable(model, tok, reuse="shifted", prediction_stride=3, knowledge_rounds=1,
-                         abstract_max_chunks=3, background_max_new_tokens=32)
+                         abstract_max_chunks=3, background_max_new_tokens=32,
+                         draft_calibrate_idle=False)  # prediction only: no 35-s calibration
     pc.add_documents(list(SAMPLE_CHUNKS), scope="me")
     report = pc.idle()
     assert report.by_kind.get("abstract") == 1 and report.by_kind.get("predict_knowledge") == 3

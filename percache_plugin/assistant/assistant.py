@@ -27,6 +27,7 @@ from ..rag.embeddings import Embedder, load_embedder
 from ..rag.knowledge import AddReport, KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
 from .ask import Answer, ask, generate_answer
+from .calibrate_task import CALIBRATE_KIND, WATCHED, measure_in_idle, queue_calibration
 from .disputes import correct as correct_entry
 from .disputes import dispute_paraphrases
 from .grounded import GroundingCounts
@@ -66,7 +67,8 @@ class Assistant:
             answer=lambda query, scope, **kw: generate_answer(self, query, scope, **kw),
             served_paraphrases=self._served_paraphrases,
             dispute=lambda entry: len(dispute_paraphrases(self, entry, include_self=True)),
-            background_stats=self.background_stats)
+            background_stats=self.background_stats, calibrate=lambda: measure_in_idle(engine))
+        queue_calibration(self)  # a lookup; measured in idle time, never here
 
     @property
     def config(self) -> Any:
@@ -122,7 +124,7 @@ class Assistant:
     def idle_queue(self) -> IdleQueue:
         """Work deferred to idle time (persistent with an on-disk store)."""
         if self._idle_queue is None:
-            self._idle_queue = IdleQueue(self._db_path(), kinds=self.task_runners)
+            self._idle_queue = IdleQueue(self._db_path(), kinds=self.task_runners, last=(CALIBRATE_KIND,))
         return self._idle_queue
 
     @property
@@ -222,6 +224,8 @@ class Assistant:
         self.hooks.configured(self.ctx, changed)  # chunk size, QA byte limit
         if {"similarity_threshold", "population_cutoff", "kv_byte_limit"} & changed:
             queue_conversions(self, old, self.config)
+        if WATCHED & changed:
+            queue_calibration(self)
 
     # -- background work --------------------------------------------------------------------
     def start_idle_worker(self, *, poll_s: float = 0.2) -> IdleWorker:

@@ -40,13 +40,17 @@ class IdleContext:
     :ivar dispute: ``dispute(entry)``: put ``entry`` and its paraphrases out of service;
         returns how many entries that touched.
     :ivar background_stats: background compute per task kind (runners add their cost).
+    :ivar calibrate: ``calibrate()``: measure and store the verify cost curve if still needed
+        (:func:`~percache_plugin.assistant.calibrate_task.measure_in_idle`): the tokens it
+        computed, or None when nothing ran.
     """
 
     def __init__(self, ctx: AssistantContext, *, generate: Callable[..., Generation],
                  prefill: Callable[..., Prefilled], tokenizer: Any, n_parameters: int,
                  prediction_state: Callable[[], PredictionState], answer: Callable[..., Answer],
                  served_paraphrases: Callable[[Query, str | None], list[QAEntry]],
-                 dispute: Callable[[QAEntry], int], background_stats: BackgroundStats) -> None:
+                 dispute: Callable[[QAEntry], int], background_stats: BackgroundStats,
+                 calibrate: Callable[[], int | None] = lambda: None) -> None:
         self.ctx = ctx
         self.generate = generate
         self.prefill = prefill
@@ -57,6 +61,7 @@ class IdleContext:
         self.served_paraphrases = served_paraphrases
         self.dispute = dispute
         self.background_stats = background_stats
+        self.calibrate = calibrate
 
     @property
     def prediction_state(self) -> PredictionState:

@@ -1,5 +1,5 @@
 """The idle task kinds built in: what each task does (abstract, predict, populate, decode,
-re-prefill, answer, warm) and what it cost. Each runner receives the assistant's
+re-prefill, answer, warm, calibrate) and what it cost. Each runner receives the assistant's
 :class:`~percache_plugin.assistant.idle_context.IdleContext`; :class:`BuiltinIdleTasks`
 registers them (a plugin: registering a kind again replaces it)."""
 
@@ -22,6 +22,7 @@ from ..predict.templates import load_template
 from ..segments import Segment
 from ..stats import GenerationStats
 from .ask import segments_for
+from .calibrate_task import CALIBRATE_KIND, calibrate
 from .disputes import contradicts
 from .scheduler import TaskCost, population_mode, spread
 from .warm import WARM_KIND, warm_chunk
@@ -205,12 +206,17 @@ def _warm(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     _account(c, report, WARM_KIND, warm_chunk(c, task, report))
 
 
+def _calibrate(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
+    _account(c, report, CALIBRATE_KIND, calibrate(c, task, report))
+
+
 TaskRunner = Callable[["IdleContext", IdleTask, IdleReport], None]
 
 BUILTIN_TASKS: dict[str, TaskRunner] = {
     "answer": _answer, "refresh": _answer, "abstract": _abstract,
     "predict_knowledge": _predict, "predict_history": _predict,
     "populate": _populate, "decode": _decode, "reprefill": _reprefill, WARM_KIND: _warm,
+    CALIBRATE_KIND: _calibrate,
 }
 
 

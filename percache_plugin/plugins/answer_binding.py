@@ -72,6 +72,7 @@ ANSWER_SETTINGS: tuple[AnswerSetting, ...] = (
     AnswerSetting("draft_sources", _N, "verified drafts: the tokens of plain greedy decoding"),
     AnswerSetting("draft_verify_cost", _N, "verified drafts: the tokens of plain greedy decoding"),
     AnswerSetting("draft_cost_online", _N, "verified drafts: the tokens of plain greedy decoding"),
+    AnswerSetting("draft_calibrate_idle", _N, "verified drafts: the tokens of plain greedy decoding"),
     AnswerSetting("draft_packed_linears", _N, "the same tokens to float rounding, as on other "
                                               "hardware"),
     AnswerSetting("draft_tree", _N, "the same tokens to float rounding, as on other hardware"),

@@ -24,7 +24,8 @@ def _pc(**config: Any) -> percache.PerCache:
     model, tok = tiny_pair("llama")
     config = {"embedder": "hash", "predict": "off", "answer_grounding": False, "use_kv": True,
               "reuse": "shifted", "kv_warm": True, **config}
-    pc = percache.enable(model, tok, **config)
+    # draft_calibrate_idle off: these tests count the other idle tasks (tests/assistant/test_calibrate_task.py)
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, **config)
     pc.add_documents(DOCS, scope="u")
     return pc
 

@@ -104,7 +104,8 @@ class _Forwards:
 
 def test_background_generate_yields_within_one_chunk() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, embedder="hash", predict="off", background_prefill_chunk=16)
+    # draft_calibrate_idle off: these tests count the other idle tasks (tests/assistant/test_calibrate_task.py)
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off", background_prefill_chunk=16)
     segments = ["You are terse.", LONG_DOC, QUESTION]
     n = pc.prompt(segments).n_tokens
     assert n > 16 * 8
@@ -127,10 +128,10 @@ def test_background_generate_yields_within_one_chunk() -> None:
 def test_background_generate_equals_foreground_output() -> None:
     model, tok = tiny_pair("qwen2")
     segments = ["You are terse.", LONG_DOC, QUESTION]
-    fg = percache.enable(model, tok, embedder="hash", predict="off")
+    fg = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off")
     want = fg.generate(segments, max_new_tokens=8, do_sample=False)
     fg.disable()
-    bg = percache.enable(model, tok, embedder="hash", predict="off", background_prefill_chunk=7)
+    bg = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off", background_prefill_chunk=7)
     bg.engine.preemption.background = threading.get_ident()
     got = bg.generate(segments, max_new_tokens=8, do_sample=False)
     assert got.token_ids == want.token_ids
@@ -144,7 +145,7 @@ def test_background_generate_equals_foreground_output() -> None:
 def _idle_run(chunk: int, budget: float) -> tuple[float, list[int]]:
     model, tok = tiny_pair("llama")
     # kv_warm off: the one task is the populate prefill whose budget overrun is measured
-    pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.8,
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off", similarity_threshold=0.8,
                          population_cutoff=0.9, background_max_new_tokens=2,
                          background_prefill_chunk=chunk, kv_warm=False)
     pc.add_documents([LONG_DOC] * 1, scope="u")
@@ -174,7 +175,7 @@ def test_background_splice_runs_in_chunks_with_the_same_result(family: str) -> N
                 "Notes: budget review on Monday; Ben owns slides.", QUESTION]
     reordered = [segments[0], segments[2], segments[1], LONG_DOC, QUESTION]
     model, tok = tiny_pair(family)
-    pc = percache.enable(model, tok, embedder="hash", predict="off", reuse="shifted",
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off", reuse="shifted",
                          recompute="all", background_prefill_chunk=8)
     pc.generate(segments, max_new_tokens=2)  # stores the chunks in this order
     forwards = _Forwards(model)

@@ -29,7 +29,8 @@ from tests.tokenizer import byte_tokenizer
 
 def test_chat_turns_become_raw_memory_items_in_idle_time() -> None:
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, embedder="hash", predict="off", memory_extraction="raw",
+    # draft_calibrate_idle off: these tests count the other idle tasks (tests/assistant/test_calibrate_task.py)
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off", memory_extraction="raw",
                          prediction_quiet_s=0.0)
     reply = pc.chat("I moved to Porto last week with my cat", memory_scope="ana", max_new_tokens=3)
     assert [t.kind for t in pc.idle_queue.pending()] == ["memory_extract"]
@@ -130,7 +131,7 @@ def test_foreground_preempts_extraction_within_a_decode_step() -> None:
     # Free generation: a tiny random model under the grammar may end at once, and the
     # preemption this checks is the engine's, the same with or without the grammar.
     model, tok = tiny_pair("llama", num_hidden_layers=4)
-    pc = percache.enable(model, tok, embedder="hash", predict="off", memory_extraction="model",
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, embedder="hash", predict="off", memory_extraction="model",
                          memory_extract_tokens=4000, memory_extract_grammar=False)
     flag = pc.engine.preemption.flag
     flagged: list[bool] = []  # per background decode step: was the flag up when it started?
@@ -172,7 +173,7 @@ CHILD = textwrap.dedent("""
     from percache_plugin.memory.idle import queue_turns
     from tests.helpers import tiny_pair
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, store=sys.argv[1], embedder="hash", predict="off",
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, store=sys.argv[1], embedder="hash", predict="off",
                          memory_extraction="raw")
     queue_turns(pc.idle_queue, "s", [(1, "Ana adopted a cat named Miso"),
                                      (2, "Ben plays the cello on Sundays")], "ana")
@@ -192,7 +193,7 @@ def test_kill_9_during_extraction_leaves_no_half_written_fact(tmp_path: Path) ->
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr[-2000:]
     model, tok = tiny_pair("llama")
-    pc = percache.enable(model, tok, store=store, embedder="hash", predict="off",
+    pc = percache.enable(model, tok, draft_calibrate_idle=False, store=store, embedder="hash", predict="off",
                          memory_extraction="raw")
     assert pc.memory.list("ana") == []  # the first fact's insert was rolled back
     assert [t.kind for t in pc.idle_queue.pending()] == ["memory_extract"]
