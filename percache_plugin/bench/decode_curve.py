@@ -30,7 +30,7 @@ def calibrate_once(model: Any, tok: Any, store: Path) -> dict[str, Any]:
     with percache.enable(model, tok, store=store) as pc:
         t0 = time.perf_counter()
         curve = pc.measure_verify_cost(progress=False)
-        return {"ratios": list(curve), "seconds": round(time.perf_counter() - t0, 1),
+        return {"ratios": list(curve), "seconds": round(time.perf_counter() - t0, 1), "measured": time.time(),
                 "fingerprint": pc.fingerprint, "packed": pc.engine.drafts.packs(pc.config)}
 
 
@@ -41,5 +41,6 @@ def store_curve(store: Path, model: Any, calibration: dict[str, Any]) -> None:
 
     store.mkdir(parents=True, exist_ok=True)
     curves = CurveLookup(store / DB_NAME)
-    curves.put(calibration["fingerprint"], model, calibration["packed"], calibration["ratios"])
+    curves.put(calibration["fingerprint"], model, calibration["packed"], calibration["ratios"],
+               measured=calibration["measured"])
     curves.close()

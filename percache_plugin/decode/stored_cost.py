@@ -189,13 +189,15 @@ class CurveLookup:
             return None
         return StoredCurve(ratios, float(row[2]))
 
-    def put(self, fingerprint: str, model: Any, packed: bool, ratios: Sequence[float]) -> StoredCurve:
-        """Store ``ratios`` as the curve for this model and machine now, and use it from now on.
-        Raises what a failed write raises (callers wrap it in ``best_effort``); the handle uses
-        the curve even then."""
+    def put(self, fingerprint: str, model: Any, packed: bool, ratios: Sequence[float], *,
+            measured: float | None = None) -> StoredCurve:
+        """Store ``ratios`` as the curve for this model and machine now, measured at ``measured``
+        (``time.time()``; default: now), and use it from now on. Raises what a failed write
+        raises (callers wrap it in ``best_effort``); the handle uses the curve even then."""
         sig = self.signature(model, packed)
         key = curve_key(fingerprint, sig)
-        curve = StoredCurve(tuple(float(r) for r in ratios), time.time(), here=True)
+        curve = StoredCurve(tuple(float(r) for r in ratios), time.time() if measured is None else measured,
+                            here=True)
         with self._lock:
             self._seen[key] = curve
             self._open().execute("INSERT OR REPLACE INTO verify_cost_curves VALUES (?, ?, ?, ?, ?)",

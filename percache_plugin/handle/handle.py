@@ -181,8 +181,8 @@ class PerCache(HandleParts):
         totals.qa_lookups, totals.qa_hits = self.assistant.qa_counters()
         totals.answers_checked = self.assistant.grounding.checked
         totals.answers_flagged = self.assistant.grounding.flagged
-        with self.engine.lock:
-            totals.draft_cost_curve = self.engine.drafts.curve(self.engine.fingerprint, self.config)[1]
+        # not under the engine's lock: the idle worker may hold it for a whole task
+        totals.draft_cost_curve = self.engine.drafts.curve(self.engine.fingerprint, self.config)[1]
         totals.draft_curves_ignored = self.engine.drafts.curves.ignored
         return totals
 

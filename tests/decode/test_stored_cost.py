@@ -141,3 +141,14 @@ def test_builtin_is_used_without_a_stored_curve(tmp_path: Path) -> None:
         assert pc.engine.drafts.curve(pc.fingerprint, pc.config)[0] == SMOLLM2_CPU_COST_PACKED
         assert pc.generate(SEGMENTS, max_new_tokens=4, do_sample=False).stats.draft_cost_curve == "built-in"
     assert _stored_rows(tmp_path) == []
+
+
+def test_a_curve_keeps_when_it_was_measured(tmp_path: Path) -> None:
+    model, _ = tiny_pair("llama")
+    lookup = CurveLookup(tmp_path / "db.sqlite")
+    assert lookup.put("fp", model, True, (1.3,), measured=86400.0).label() == "measured now"
+    lookup.close()
+    again = CurveLookup(tmp_path / "db.sqlite")
+    stored = again.get("fp", model, True)
+    assert stored is not None and stored.label() == "stored (measured 1970-01-02 00:00 UTC)"
+    again.close()
