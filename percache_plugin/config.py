@@ -403,8 +403,11 @@ class Config:
         "version and threads, packed linears) queues the idle task 'calibrate': it measures the "
         "curve as pc.measure_verify_cost() does (about 35 s for SmolLM2 on one CPU thread), "
         "yielding to foreground calls between forwards, and stores it; drafts are then priced by "
-        "it (stats.draft_cost_curve names the curve in use). False: the built-in curve unless one "
-        "is stored or given.",
+        "it (stats.draft_cost_curve names the curve in use). It runs after every other idle task; "
+        "a request arriving meanwhile waits for the forward in flight (about 0.25 s for SmolLM2). "
+        "On by default: side by side in bench decode the stored curve left 3-4 answers more than "
+        "5% slower against 5-6 with the built-in one (docs/BENCHMARKS.md). False: the built-in "
+        "curve unless one is stored or given.",
         True,
     )
     draft_packed_linears: bool = _help(
