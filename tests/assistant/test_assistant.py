@@ -19,8 +19,9 @@ GEN = {"max_new_tokens": 6}
 
 def _pc(store: Path) -> percache.PerCache:
     model, tok = tiny_pair("llama")
+    # draft_calibrate_idle off: tests using this count the other idle tasks
     return percache.enable(model, tok, store=store, embedder="hash", answer_grounding=False,
-                           predict="off", kv_warm=False)
+                           predict="off", kv_warm=False, draft_calibrate_idle=False)
 
 
 def fresh_answer(store: Path, docs: list[dict[str, str]], **settings: object) -> percache.Answer:
