@@ -197,6 +197,8 @@ def apply_region(engine: Engine, session: Session, new: list[RegionFact], stats:
     if new and not session.memory_header:
         session.memory_header = list(engine.tokenizer(MEMORY_HEADER, add_special_tokens=False)["input_ids"])
     stats.memory_tokens = sum(len(f.ids) for f in new) + (len(session.memory_header) if new else 0)
+    if not shifted and session.region_shifted_from is not None:
+        cut_at(session, session.region_shifted_from, stats)  # 'splice' is off: no shifted fact stays
     if new == session.memory:
         return
     start = _set_region(session, new, stats)
@@ -230,6 +232,8 @@ def apply_region(engine: Engine, session: Session, new: list[RegionFact], stats:
             stats.memory_shifted_tokens += len(fact.ids) - head
             stats.approximate = True
             session.approximate_from(begin + head)
+            first = session.region_shifted_from
+            session.region_shifted_from = begin + head if first is None else min(first, begin + head)
         if kv.keys[0].dtype != dtype:
             stats.approximate = True
             session.approximate_from(begin)

@@ -195,7 +195,7 @@ class Sessions:
                     name, src.system, list(src.head_ids), src.first_glue,
                     [copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
                     src.evicted_turns, None if src.keep is None else src.keep.clone(),
-                    fingerprint=src.fingerprint, shifted_from=src.shifted_from)
+                    fingerprint=src.fingerprint, shifted_from=src.shifted_from, region_shifted_from=src.region_shifted_from)
                 branch.approx_from, branch.published = src.approx_from, list(src.published)
                 branch.memory, branch.memory_header, branch.memory_scope = list(src.memory), list(src.memory_header), src.memory_scope
                 self._sessions[name] = branch

@@ -97,6 +97,7 @@ class Session:
     fingerprint: str = ""  # the weights the cache was computed under ("" before any turn)
     approx_from: int | None = None  # first cache position whose K/V is not exact (None: all are)
     shifted_from: int | None = None  # of those, the first 'shifted' eviction RoPE-shifted (not stored)
+    region_shifted_from: int | None = None  # the first of a fact shifted into the memory region (not stored)
     published: list[str] = field(default_factory=list, repr=False)  # block keys in the K/V store
     version: int = 0  # the stored version this copy continues (persist.py, chat_version)
     memory: list[RegionFact] = field(default_factory=list)  # the memory region's facts, in order
@@ -151,6 +152,8 @@ class Session:
             self.approx_from = None
         if self.shifted_from is not None and self.shifted_from >= n:
             self.shifted_from = None
+        if self.region_shifted_from is not None and self.region_shifted_from >= n:
+            self.region_shifted_from = None
 
     @property
     def ephemeral_tokens(self) -> int:

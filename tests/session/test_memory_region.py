@@ -266,3 +266,16 @@ def test_the_turn_after_a_shifted_splice_still_says_approximate(pair: Any) -> No
     assert not later.stats.memory_shifted_tokens  # the region's K/V stays: shifted in the turn before
     assert later.stats.approximate
     pc.close()
+
+
+def test_splice_exact_configured_later_computes_the_shifted_facts_again(pair: Any) -> None:
+    # 'splice-exact' after 'splice': the facts 'splice' shifted into the region stayed, and
+    # every later turn attended to them
+    pc, _ = _enable(pair)
+    first = _store_then_chat(pc, "Be very very brief.")
+    assert first.stats.memory_shifted_tokens and first.stats.approximate
+    pc.configure(memory_recall_mode="splice-exact")
+    later = pc.chat(ASK + " Again?", session="c", memory_scope="ana", max_new_tokens=3)
+    assert not later.stats.approximate and later.stats.history_recomputed
+    _check_generate(pc, later)
+    pc.close()
