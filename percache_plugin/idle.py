@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from .sqlite_tx import Schema, connect
+from .sqlite_tx import Schema, checkpoint, connect
 
 __all__ = ["IdleTask", "IdleQueue", "IdleReport", "TaskKind", "TASK_KINDS"]
 
@@ -146,6 +146,12 @@ class IdleQueue:
             gone = [(i,) for i, question, scope in rows if not keep(question, scope)]
             self._db.executemany("DELETE FROM idle_tasks WHERE id = ?", gone)
             return len(gone)
+
+    def scrub(self) -> bool:
+        """Checkpoint the queue's database after :meth:`drop`, so its file keeps no text of the
+        dropped tasks (``sqlite_tx.checkpoint``); False when a reader elsewhere kept frames."""
+        with self._lock:
+            return checkpoint(self._db)
 
     def pending(self) -> list[IdleTask]:
         with self._lock:

@@ -18,7 +18,8 @@ from ..hooks.contexts import AssistantContext
 from ..kv.stores import FingerprintStores
 from .bank import AddResult, FactHit, MemoryBank
 from .forget import ForgetReport, drop_kv, forget_everywhere
-from .idle import ExtractionStats, queue_turns
+from .fusion import sources
+from .idle import EXTRACT_KIND, ExtractionStats, extraction_session, queue_turns
 from .plugin import MemoryPlugin
 from .rows import Fact, HistoryEvent
 
@@ -130,6 +131,25 @@ class Memory:
         for fn in self.forgotten:
             fn(fact_id)
         return report
+
+    def forget_session(self, session: str) -> builtins.list[str]:
+        """What memory drew from a deleted session: its turns queued for extraction leave the idle
+        queue (then its database is checkpointed), and every fact, active or superseded, whose
+        sources are all turns of ``session`` is forgotten (:meth:`forget`). A fact with a source
+        in another session (stated there too) or none (added by hand) stays. Returns the ids
+        forgotten."""
+        queue = self._ctx.idle_queue
+        queue.drop(EXTRACT_KIND, lambda question, _scope: extraction_session(question) != session)
+        queue.scrub()
+        plugin = self._plugin()
+        if plugin is None:
+            return []
+        bank = plugin.bank(self._ctx)
+        gone = [f.id for scope in bank.scopes() for f in bank.list(scope, superseded=True)
+                if (src := sources(f.metadata)) and all(s.rpartition(":")[0] == session for s in src)]
+        for fact_id in gone:
+            self.forget(fact_id)
+        return gone
 
     def _drop_answers(self, ids: builtins.list[str]) -> int:
         return self._ctx.hooks.sources_forgotten(self._ctx, ids)

@@ -39,7 +39,7 @@ from .text import CONTEXT, normalize
 if TYPE_CHECKING:
     from ..assistant.idle_context import IdleContext
 
-__all__ = ["EXTRACT_KIND", "ExtractionStats", "queue_turns", "run_extraction"]
+__all__ = ["EXTRACT_KIND", "ExtractionStats", "extraction_session", "queue_turns", "run_extraction"]
 
 EXTRACT_KIND = "memory_extract"
 _SYSTEM = "You extract facts from conversations."
@@ -72,9 +72,15 @@ def queue_turns(queue: IdleQueue, session: str, turns: Sequence[tuple[int | str,
     return queue.push(EXTRACT_KIND, payload, scope, delay_s=delay_s)
 
 
-def _turns(task: IdleTask) -> tuple[str, list[tuple[str, str]]] | None:
+def extraction_session(question: str) -> str | None:
+    """The session whose turns a queued extraction task carries (None: unreadable)."""
+    parsed = _turns(question)
+    return None if parsed is None else parsed[0]
+
+
+def _turns(question: str) -> tuple[str, list[tuple[str, str]]] | None:
     try:
-        data = json.loads(task.question)
+        data = json.loads(question)
         turns = [(str(t), x) for t, x in data["turns"]]
         session = data["session"]
     except (ValueError, KeyError, TypeError):
@@ -126,7 +132,7 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
     """Run one ``memory_extract`` task (see the module docstring). ``grammar`` keeps the fact
     grammar between tasks (built anew when omitted)."""
     t0 = time.perf_counter()
-    parsed = _turns(task)
+    parsed = _turns(task.question)
     if parsed is None:
         stats.bad_tasks += 1
         return

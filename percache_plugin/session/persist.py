@@ -26,7 +26,7 @@ from ..kv.integrity import (
     read_node_file,
     write_node_file,
 )
-from ..sqlite_tx import connect, transaction
+from ..sqlite_tx import checkpoint, connect, transaction
 from .forget_rows import SessionCut, drop_fact_rows
 from .schema import (
     BUMP,
@@ -201,9 +201,17 @@ class SessionStore:
                                     (name,)).fetchall()
             for table in ("chat_sessions", "chat_turns", "chat_kv", "chat_exact", "chat_memory"):
                 self.db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
+        with self._lock:  # no old WAL frame keeps its turns (rows are zeroed by secure_delete)
+            checkpoint(self.db)
         for fp, file in files:
             (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
         return version
+
+    def saved(self, name: str) -> bool:
+        """Whether session ``name`` is saved under any fingerprint."""
+        with self._lock:
+            return self.db.execute("SELECT 1 FROM chat_sessions WHERE name = ? LIMIT 1",
+                                   (name,)).fetchone() is not None
 
     def drop_fact(self, fact_id: str) -> list[SessionCut]:
         """Take memory fact ``fact_id`` out of every saved session under every fingerprint: its

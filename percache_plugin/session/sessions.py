@@ -8,6 +8,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +16,12 @@ from transformers import DynamicCache
 
 from ..personas.registry import Personas
 from ..personas.runtime import PersonaRuntime
-from ..turnlog import TurnLog, TurnRecord, context_hash
+from ..turnlog import TurnLog
 from .chat import ChatRunner
 from .evict import compact
 from .layout import ChatLayout
 from .locks import SessionLocks
+from .log_turn import log_turn
 from .memory_region import RegionMemory, forget_fact
 from .persist import SESSIONS_DB, SessionStore
 from .reply import ChatStats, Reply
@@ -64,6 +66,7 @@ class Sessions:
     def __init__(self, engine: Engine, use_template: bool) -> None:
         self._engine = engine
         self.memory = RegionMemory()  # recall per turn, set by attach_memory()
+        self.deleted: list[Callable[[str], object]] = []  # called with a deleted session's name
         self._layout = ChatLayout(engine.tokenizer, use_template)
         self._runner = ChatRunner(engine, self._layout)
         self._sessions: dict[str, Session] = {}
@@ -238,18 +241,27 @@ class Sessions:
             return compact(session)
 
     def delete(self, name: str) -> None:
-        """Remove the session ``name``, free its K/V and delete its turns from the turn log."""
-        session = self.get(name)
-        with session.lock, self._locks.hold(name, self._engine.config.session_wait_s), self._lock:
+        """Remove the session ``name`` under every fingerprint (one saved only under a persona's
+        adapter too), free its K/V, delete its turns from the turn log and checkpoint the
+        session database, then call the ``deleted`` listeners (``pc.memory``: the facts drawn
+        from it alone)."""
+        store = self._store
+        with self._lock:
+            elsewhere = name not in self._sessions and not self._stored(name) and store is not None \
+                and store.saved(name)  # nothing to load under the weights in use
+        held = contextlib.nullcontext() if elsewhere else self.get(name).lock  # get: UnknownSession
+        with held, self._locks.hold(name, self._engine.config.session_wait_s), self._lock:
             self._sessions.pop(name, None)
-            store = self._store
             if store is not None:
                 store.delete(name)
             self.log.delete_session(name)
+        for listener in self.deleted:
+            listener(name)
 
     def attach_memory(self, memory: Any) -> None:
         """Recall facts from ``memory`` (``pc.memory``) and take the facts it forgets out of sessions."""
         self.memory.recall, self.memory.current = memory.recall, memory.current
+        self.deleted.append(memory.forget_session)
         memory.forgotten.append(self.forget_fact)
         memory.forgotten.append(self.log.forget_fact)  # no hash of a context that held the fact
         memory.updated.append(lambda fact_id: self.forget_fact(fact_id, keep_region=True))
@@ -284,7 +296,7 @@ class Sessions:
                     if store_head:
                         self._personas.snapshot(state, stats)
                     self._save(state, reply)
-                    self._log(state, reply)
+                    log_turn(self.log, engine, state, reply)
                 return reply
 
     def _load_under(self, persona: str, name: str) -> None:
@@ -327,24 +339,3 @@ class Sessions:
             log.warning("percache: could not save session %r: %s", session.name, exc)
             return
         self._engine.hooks.session_saved(self._engine.ctx, session, reply.turn_id)
-
-    def _log(self, session: Session, reply: Reply) -> TurnRecord | None:
-        """Append the turn to the turn log (best effort, like :meth:`_save`)."""
-        turn = session.turns[-1]
-        history = [(t.message, t.reply_text) for t in session.turns[:-1] if not t.masked]
-        stats = reply.stats
-        try:
-            record = self.log.append(
-                session=session.name, turn_id=turn.turn_id, fingerprint=self._engine.fingerprint,
-                persona=stats.persona or None, system=session.system, history=history, message=turn.message,
-                output=turn.reply_text, context_hash=context_hash(reply.prompt_ids),
-                prompt_tokens=len(reply.prompt_ids), fact_ids=stats.fact_ids,
-                latency_s=stats.total_s, ttft_s=stats.ttft_s)
-        except sqlite3.Error as exc:
-            stats.store_errors += 1
-            log.warning("percache: could not log turn %d of session %r: %s", turn.turn_id, session.name, exc)
-            return None
-        stats.log_id = record.log_id
-        self._engine.hooks.turn_logged(self._engine.ctx, record)
-        return record
-

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..sqlite_tx import Schema, connect, transaction
+from ..sqlite_tx import Schema, checkpoint, connect, transaction
 from .record import TurnRecord
 
 __all__ = ["SCHEMA", "TurnLog", "UnknownTurn"]
@@ -122,9 +122,14 @@ class TurnLog:
         return _record(row)
 
     def delete_session(self, session: str) -> int:
-        """Delete every logged turn of ``session`` (one transaction); returns how many."""
+        """Delete every logged turn of ``session`` (one transaction), then checkpoint the
+        database so no old WAL frame keeps their text; returns how many."""
         with self._lock, transaction(self.db):
-            return int(self.db.execute("DELETE FROM turn_log WHERE session = ?", (session,)).rowcount)
+            deleted = int(self.db.execute("DELETE FROM turn_log WHERE session = ?", (session,)).rowcount)
+        if deleted and self.path is not None:
+            with self._lock:
+                checkpoint(self.db)
+        return deleted
 
     def forget_fact(self, fact_id: str) -> int:
         """Clear the ``context_hash`` and ``prompt_tokens`` of every turn that recalled memory

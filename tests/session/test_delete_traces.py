@@ -1,0 +1,49 @@
+"""Delete means delete, for conversations: once ``pc.sessions.delete`` returns, no file of the
+store holds the session's text (its rows, WAL frames, turn log, queued extraction, facts drawn
+from it alone), and a new handle cannot resume it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import percache_plugin as percache
+from tests.assistant.test_removal_traces import files_holding
+from tests.helpers import tiny_pair
+
+SECRET = "Zorblax: my quartz locker code is 4417 every second Tuesday."
+NEEDLES = [b"zorblax", b"4417"]
+GEN = {"max_new_tokens": 4}
+
+
+def _pc(store: Path) -> percache.PerCache:
+    model, tok = tiny_pair("llama")
+    return percache.enable(model, tok, store=store, embedder="hash", predict="off", kv_warm=False,
+                           memory_extraction="raw", prediction_quiet_s=0.0)
+
+
+def test_a_deleted_session_leaves_no_text_in_the_store(tmp_path: Path) -> None:
+    pc = _pc(tmp_path)
+    pc.sessions.create("s", system="You keep the Zorblax records.")
+    pc.chat(SECRET, "s", **GEN)
+    pc.chat("Something else, about Ben and the Monday budget.", **GEN)
+    pc.idle()  # the turns' raw facts are stored
+    pc.chat("Repeat the zorblax code to me please.", "s", **GEN)  # its extraction still queued
+    kept = pc.memory.add("Ben reviews the budget on Monday.", metadata={"source": "s:1,default:1"})
+    by_hand = pc.memory.add("Carl likes the projector in room 4.")
+    assert any(f.metadata.get("source") == "s:1" for f in pc.memory.list())
+    assert files_holding(tmp_path, NEEDLES)
+    pc.sessions.delete("s")
+    assert files_holding(tmp_path, NEEDLES) == []  # the handle still open
+    pc.idle()  # nothing queued from the deleted turns runs now
+    sources = {f.metadata.get("source") for f in pc.memory.list(superseded=True)}
+    assert sources == {"default:1", "s:1,default:1", None}  # stated elsewhere too, or by hand: kept
+    assert {kept.fact.id, by_hand.fact.id} <= {f.id for f in pc.memory.list()}
+    assert files_holding(tmp_path, NEEDLES) == []
+    pc.close()
+    assert files_holding(tmp_path, NEEDLES) == []
+    pc = _pc(tmp_path)
+    assert "s" not in pc.sessions.names() and "s" not in {i.name for i in pc.sessions.list()}
+    assert {r.session for r in pc.turn_log.records()} == {"default"}
+    pc.sessions.create("s")  # the name is free; nothing of the old conversation comes back
+    assert pc.chat("Hello.", "s", **GEN).stats.history_tokens == len(pc.sessions.get("s").head_ids)
+    pc.close()
