@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Collection
 from pathlib import Path
 
 import torch
@@ -26,7 +27,7 @@ from ..kv.integrity import (
     read_node_file,
     write_node_file,
 )
-from ..sqlite_tx import Schema, connect, transaction
+from ..sqlite_tx import Schema, checkpoint, connect, transaction
 
 __all__ = ["HEADS_DIR", "HeadKV", "HeadSnapshots", "SCHEMA", "head_key"]
 
@@ -100,3 +101,23 @@ class HeadSnapshots:
         with self._lock, transaction(self.db):
             self.db.execute("INSERT OR REPLACE INTO persona_heads VALUES (?, ?, ?, ?, ?, ?)",
                             (fingerprint, key, len(head_ids), name, checksum_tensors(tensors.values()), layout))
+
+    def drop(self, keys: Collection[str]) -> int:
+        """Delete the snapshots of the heads ``keys`` (:func:`head_key`) under every fingerprint,
+        files and rows, then checkpoint the database (the store's session database: a removed
+        persona's row goes from its file too); returns how many."""
+        if self.db is None:
+            with self._lock:
+                gone = [k for k in self._memory if k[1] in keys]
+                for k in gone:
+                    del self._memory[k]
+            return len(gone)
+        with self._lock, transaction(self.db):
+            rows = [r for r in self.db.execute("SELECT fingerprint, head, file FROM persona_heads") if r[1] in keys]
+            self.db.executemany("DELETE FROM persona_heads WHERE fingerprint = ? AND head = ?",
+                                [(fp, head) for fp, head, _ in rows])
+        with self._lock:
+            checkpoint(self.db)
+        for fp, _, file in rows:
+            (self._dir(fp) / file).unlink(missing_ok=True)
+        return len(rows)

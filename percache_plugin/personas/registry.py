@@ -63,6 +63,7 @@ class Personas:
         self._guard = model_guard
         self.db = connect(db_path, SCHEMA)
         self._lock = threading.Lock()
+        self.removed: list[Callable[[Persona], object]] = []  # called with a removed persona
 
     def close(self) -> None:
         self.db.close()
@@ -115,13 +116,17 @@ class Personas:
         return [p for (n,) in rows if (p := self._row(n)) is not None]
 
     def remove(self, name: str) -> None:
-        """Forget the persona ``name`` (its adapter stays loaded in the model; its head
-        snapshots stay in the store, keyed by fingerprint and ids, until the store is cleared).
+        """Forget the persona ``name``: its row, then the ``removed`` listeners are called with
+        it (the handle's: its head snapshots under every fingerprint, and a checkpoint of the
+        database, so no old WAL frame keeps its prompt). Its adapter stays loaded in the model;
+        the sessions that ran under it keep its prompt as their system prompt.
 
         :raises UnknownPersona: none of that name."""
-        self.get(name)
+        persona = self.get(name)
         with self._lock, transaction(self.db):
             self.db.execute("DELETE FROM personas WHERE name = ?", (name,))
+        for listener in self.removed:
+            listener(persona)
 
     def ensure_loaded(self, persona: Persona) -> str | None:
         """Load the persona's adapter into the model if it is not (a persona defined by an

@@ -16,7 +16,7 @@ from ..session.reply import ChatStats
 from ..session.state import Session
 from .adapters import AdapterSwitch
 from .head import enter_head, snapshot_head
-from .heads import HeadSnapshots
+from .heads import HeadSnapshots, head_key
 from .registry import Persona, Personas
 
 if TYPE_CHECKING:
@@ -40,6 +40,18 @@ class PersonaRuntime:
         self.personas = Personas(self.switch, db_path,
                                  lambda: engine.preemption.foreground(engine.lock))
         self.heads = HeadSnapshots(root, db_path)
+        self.personas.removed.append(self.drop_heads)
+
+    def drop_heads(self, persona: Persona) -> int:
+        """Delete a removed persona's head snapshots under every fingerprint: its head's ids as
+        laid out with and without the chat template (a snapshot written before
+        ``configure(chat_template=...)``), unless a remaining persona has the same head."""
+        layouts = [self.layout]
+        with contextlib.suppress(ValueError):  # no template to render with (LayoutError too)
+            layouts.append(ChatLayout(self.layout.tokenizer, not self.layout.use_template))
+        keys = {head_key(lay.head(persona.system_prompt)[0]) for lay in layouts}
+        kept = {head_key(lay.head(p.system_prompt)[0]) for p in self.personas.list() for lay in layouts}
+        return self.heads.drop(keys - kept)
 
     def close(self) -> None:
         self.personas.close()
