@@ -26,7 +26,7 @@ from .chunked import StopCheck, prefill_chunked
 from .generate import context_limit
 
 __all__ = ["Route", "time_forwards", "measure_curve", "check_arguments", "fit_cached", "forward_tokens",
-           "WARMUP_ROUNDS"]
+           "synchronizer", "WARMUP_ROUNDS"]
 
 Route = Callable[[int], AbstractContextManager[Any]]
 """The context a forward feeding ``k`` draft tokens runs in (e.g. packed linear weights for ``k >= 1``)."""
@@ -47,6 +47,7 @@ def time_forwards(model: Any, cache: Any, ids: Sequence[int], cached: int, ks: S
     :param step: called after every forward (a progress bar's update).
     """
     names = list(routes)
+    sync = synchronizer(_device(model))
     times: dict[tuple[str, int], list[float]] = {(s, k): [] for s in names for k in ks}
     for r in range(repeats + WARMUP_ROUNDS):
         for name in (names if r % 2 == 0 else names[::-1]):
@@ -54,8 +55,10 @@ def time_forwards(model: Any, cache: Any, ids: Sequence[int], cached: int, ks: S
                 feed = torch.tensor([list(ids[cached:cached + k + 1])], device=_device(model))
                 extra = inputs(name, k) if inputs is not None else {}
                 with routes[name](k):
+                    sync()
                     t0 = time.perf_counter()
                     model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=k + 1, **extra)
+                    sync()
                     dt = time.perf_counter() - t0
                 cache.crop(-(k + 1))
                 if r >= WARMUP_ROUNDS:
@@ -132,6 +135,14 @@ def measure_curve(model: Any, *, cached_tokens: int, max_k: int, repeats: int,
         times = time_forwards(model, cache, ids, cached_tokens, ks, {"": route}, repeats, step=step)
     base = statistics.median(times["", 0])
     return tuple(round(max(1.0, statistics.median(times["", k]) / base), 3) for k in ks[1:])
+
+
+def synchronizer(device: torch.device) -> Callable[[], object]:
+    """What waits for ``device``'s queued work: a CUDA forward returns once its kernels are
+    queued, so timing it without waiting measures the launches, not the forward."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
 
 
 def _device(model: Any) -> torch.device:

@@ -98,3 +98,16 @@ class _Null:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def test_forwards_on_cuda_are_timed_to_their_end() -> None:
+    """A CUDA forward returns once queued: the timing waits for the device (not run on a GPU here)."""
+    from percache_plugin.decode.calibrate import synchronizer
+
+    assert synchronizer(torch.device("cpu"))() is None  # nothing queued on the CPU
+    cuda = synchronizer(torch.device("cuda", 0))
+    if torch.cuda.is_available():
+        cuda()
+    else:  # the CUDA wait is torch.cuda.synchronize, which fails without a GPU
+        with pytest.raises((RuntimeError, AssertionError, AttributeError)):
+            cuda()
