@@ -205,6 +205,9 @@ class SessionStore:
             checkpoint(self.db)
         for fp, file in files:
             (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
+        # and slices no row names: a save whose transaction failed after its file was written
+        for path in self.dir.parent.glob(f"*/{_safe(name)}-*.safetensors"):
+            path.unlink(missing_ok=True)
         return version
 
     def saved(self, name: str) -> bool:

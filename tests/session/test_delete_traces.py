@@ -47,3 +47,17 @@ def test_a_deleted_session_leaves_no_text_in_the_store(tmp_path: Path) -> None:
     pc.sessions.create("s")  # the name is free; nothing of the old conversation comes back
     assert pc.chat("Hello.", "s", **GEN).stats.history_tokens == len(pc.sessions.get("s").head_ids)
     pc.close()
+
+
+def test_a_slice_no_row_names_goes_with_its_session(tmp_path: Path) -> None:
+    """A save that wrote its K/V slice and then failed (its transaction, a crash) leaves a file
+    no row names; deleting the session deletes it too."""
+    pc = _pc(tmp_path)
+    pc.sessions.create("s")
+    pc.chat(SECRET, "s", **GEN)
+    (written,) = list((tmp_path / "sessions").rglob("*.safetensors"))
+    orphan = written.with_name(written.name.rsplit("-", 2)[0] + "-9000-9100.safetensors")
+    orphan.write_bytes(written.read_bytes())
+    pc.sessions.delete("s")
+    assert not orphan.exists() and not written.exists()
+    pc.close()
