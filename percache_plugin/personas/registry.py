@@ -10,6 +10,7 @@ that ask for the persona.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import threading
 from collections.abc import Callable
@@ -47,8 +48,19 @@ class Persona:
 
 
 def adapter_name(persona: Persona) -> str | None:
-    """The name the persona's adapter is loaded under in the model (None: no adapter)."""
-    return None if persona.adapter is None else f"persona-{persona.name}"
+    """The name the persona's adapter is loaded under in the model (None: no adapter): the
+    persona's name and a digest of the directory and its files' sizes and times, so a persona
+    defined again with another adapter, or whose adapter was saved again, loads it anew
+    instead of running under the weights loaded first."""
+    if persona.adapter is None:
+        return None
+    h = hashlib.blake2b(str(persona.adapter).encode(), digest_size=6)
+    with contextlib.suppress(OSError):  # a missing directory fails where it is loaded
+        for f in sorted(persona.adapter.iterdir()):
+            if f.is_file():
+                st = f.stat()
+                h.update(f"\0{f.name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return f"persona-{persona.name}-{h.hexdigest()}"
 
 
 class Personas:
@@ -86,7 +98,7 @@ class Personas:
             if known is not None and known != persona:
                 raise ValueError(f"persona {name!r} already exists with another definition; remove() it first")
             if persona.adapter is not None:
-                self.switch.load(f"persona-{name}", persona.adapter)
+                self.switch.load(str(adapter_name(persona)), persona.adapter)
             if known is None:
                 with transaction(self.db):
                     self.db.execute("INSERT INTO personas VALUES (?, ?, ?)",

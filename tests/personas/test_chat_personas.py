@@ -4,6 +4,8 @@ K/V computed under one adapter is never served under another."""
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +180,25 @@ def test_a_lora_personas_sessions_are_listed_while_no_persona_is_active(tmp_path
     resumed = again.chat("Go on.", session="pirate", persona="a", max_new_tokens=4)
     assert resumed.turn_id == 2 and resumed.stats.restored_from == "snapshot"
     again.close()
+
+
+def test_a_persona_defined_again_runs_under_its_new_adapter(tmp_path: Path) -> None:
+    # the adapter was loaded under the persona's name alone: removed and added again with
+    # another adapter, or with its adapter saved again in place, the persona kept running
+    # under the weights loaded first
+    model, tok, dirs, reference = llama_with_loras(tmp_path)
+    moving = tmp_path / "moving"
+    shutil.copytree(dirs["a"], moving)
+    pc = percache.enable(model, tok, store=tmp_path / "store")
+    pc.personas.add("p", "Same prompt.", adapter=dirs["a"])
+    _check(pc.chat(MESSAGES[0], persona="p", max_new_tokens=4), reference, "a")
+    pc.personas.remove("p")
+    pc.personas.add("p", "Same prompt.", adapter=dirs["b"])
+    _check(pc.chat(MESSAGES[1], persona="p", max_new_tokens=4), reference, "b")
+    pc.personas.add("q", "Same prompt.", adapter=moving)
+    _check(pc.chat(MESSAGES[2], persona="q", max_new_tokens=4), reference, "a")
+    time.sleep(0.01)  # a new modification time even on coarse clocks
+    for f in dirs["b"].iterdir():  # the adapter saved again in its directory
+        shutil.copy(f, moving / f.name)
+    _check(pc.chat(MESSAGES[0], persona="q", max_new_tokens=4), reference, "b")
+    pc.close()
