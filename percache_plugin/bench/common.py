@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-__all__ = ["DEFAULT_QMSUM", "DEFAULT_LOCOMO", "QMSUM_HINT", "THREADS_HELP", "spread", "require_plotting", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
+__all__ = ["NO_CALIBRATION", "DEFAULT_QMSUM", "DEFAULT_LOCOMO", "QMSUM_HINT", "THREADS_HELP", "spread", "require_plotting", "require_qmsum", "transcript_chunks", "median", "markdown_table", "write_json"]
+
+NO_CALIBRATION: Mapping[str, Any] = MappingProxyType({"draft_calibrate_idle": False})
+"""enable() keywords of benchmarks that time idle work or idle phases of their own: the verify cost
+calibration (about 35 s on SmolLM2, once per store and machine) would run in them."""
 
 DEFAULT_QMSUM = Path("../shared/data/qmsum")
 DEFAULT_LOCOMO = Path("../shared/data/locomo/locomo_dev5.json")

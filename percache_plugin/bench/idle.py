@@ -29,7 +29,15 @@ from ..config import Config
 from ..handle import PerCache, enable
 from ..hooks.specs import hookimpl
 from ..rag.qmsum import iter_meetings, meeting_text
-from .common import DEFAULT_QMSUM, THREADS_HELP, markdown_table, median, require_qmsum, write_json
+from .common import (
+    DEFAULT_QMSUM,
+    NO_CALIBRATION,
+    THREADS_HELP,
+    markdown_table,
+    median,
+    require_qmsum,
+    write_json,
+)
 from .idle_budget import budget_overrun, budget_table
 
 __all__ = ["add_arguments", "run"]
@@ -122,7 +130,7 @@ def _preemption(pc: PerCache, text: str, args: argparse.Namespace) -> dict[str, 
 def _policy(model: Any, tok: Any, text: str, pairs: list[tuple[str, str]], cutoff: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="percache-bench-idle-") as store:
         pc = enable(model, tok, store=store, predict="off", population_cutoff=cutoff,
-                    background_max_new_tokens=48)
+                    background_max_new_tokens=48, **NO_CALIBRATION)
         pc.add_documents(text, scope="m")
         for q, _ in pairs:
             pc.idle_queue.push("populate", q, "m")
@@ -147,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"meeting": meeting}
     if "preemption" in parts:
         with tempfile.TemporaryDirectory(prefix="percache-bench-idle-") as store:
-            pc = enable(model, tok, store=store, predict="off", embedder="hash")
+            pc = enable(model, tok, store=store, predict="off", embedder="hash", **NO_CALIBRATION)
             pre = result["preemption"] = _preemption(pc, text, args)
             pc.disable()
         print(markdown_table(

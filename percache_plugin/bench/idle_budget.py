@@ -20,7 +20,7 @@ import torch
 from ..config import Config
 from ..handle import enable
 from ..hooks.specs import hookimpl
-from .common import markdown_table, median
+from .common import NO_CALIBRATION, markdown_table, median
 
 __all__ = ["ONE_FORWARD", "budget_overrun", "budget_table"]
 
@@ -61,7 +61,8 @@ def _step_costs(model: Any, tok: Any, text: str, chunk: int) -> tuple[float, flo
 
 def _one_run(model: Any, tok: Any, text: str, budget: float, chunk: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="percache-bench-idle-") as store:
-        pc = enable(model, tok, store=store, embedder="hash", background_prefill_chunk=chunk)
+        pc = enable(model, tok, store=store, embedder="hash", background_prefill_chunk=chunk,
+                    **NO_CALIBRATION)
         last = _LastForward()
         pc.plugins.register(last)
         pc.add_documents(text, scope="m")

@@ -51,7 +51,7 @@ from ..handle import PerCache, enable
 from ..memory.fusion import one_slot_per_source
 from ..memory.grounding import grounding
 from ..segments import Segment
-from .common import DEFAULT_LOCOMO, THREADS_HELP, markdown_table, median, write_json
+from .common import DEFAULT_LOCOMO, NO_CALIBRATION, THREADS_HELP, markdown_table, median, write_json
 from .memory_data import (
     UNANSWERABLE,
     Conversation,
@@ -257,7 +257,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="percache-bench-memory-") as store:
         pc = enable(model, tok, store=store, predict="off", use_qa_bank=False,
                     memory_extract_tokens=args.extract_tokens, prediction_quiet_s=0.0,
-                    memory_extract_grammar=not args.free, memory_grounding=args.grounding)
+                    memory_extract_grammar=not args.free, memory_grounding=args.grounding,
+                    **NO_CALIBRATION)
         extraction = replay(pc, conv, args.batch, args.chat_new)
         facts = pc.memory.list("facts")
         quality = _quality(pc, facts, conv, dev)
