@@ -79,6 +79,21 @@ class AdapterSwitch:
             self._enable(False)
         self._restore_grads(grads)
 
+    def unload(self, name: str) -> None:
+        """Delete adapter ``name`` from the model (nothing when it is not loaded), leaving the
+        other adapters' active and on/off state as they were."""
+        if name not in self.loaded():
+            return
+        others = self.loaded() - {name}
+        before = [n for n in self._active() if n != name] or sorted(others)[:1]
+        was_disabled = self._disabled()
+        grads = self._grads()
+        self.model.delete_adapter(name)
+        if others:
+            self._set(before)
+            self._enable(not was_disabled)
+        self._restore_grads(grads)
+
     def _grads(self) -> dict[str, bool]:
         return {name: p.requires_grad for name, p in self.model.named_parameters()}
 

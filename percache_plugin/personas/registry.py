@@ -130,13 +130,18 @@ class Personas:
     def remove(self, name: str) -> None:
         """Forget the persona ``name``: its row, then the ``removed`` listeners are called with
         it (the handle's: its head snapshots under every fingerprint, and a checkpoint of the
-        database, so no old WAL frame keeps its prompt). Its adapter stays loaded in the model;
-        the sessions that ran under it keep its prompt as their system prompt.
+        database, so no old WAL frame keeps its prompt). Its adapter leaves the model (a
+        persona added again under the name loads its own); the sessions that ran under it keep
+        its prompt as their system prompt.
 
         :raises UnknownPersona: none of that name."""
         persona = self.get(name)
-        with self._lock, transaction(self.db):
-            self.db.execute("DELETE FROM personas WHERE name = ?", (name,))
+        with self._guard(), self._lock:  # the engine's lock first, as in a chat turn
+            with transaction(self.db):
+                self.db.execute("DELETE FROM personas WHERE name = ?", (name,))
+            loaded = adapter_name(persona)
+            if loaded is not None:  # a persona added again under this name loads its own adapter
+                self.switch.unload(loaded)
         for listener in self.removed:
             listener(persona)
 

@@ -159,6 +159,11 @@ def test_a_peft_model_keeps_its_own_adapter_outside_persona_turns(tmp_path: Path
         assert {n for n, p in wrapped.named_parameters() if p.requires_grad} == trainable
     reply = pc.chat("Hello there.", max_new_tokens=4)  # no persona: the user's adapter ("a")
     _check(reply, reference, "a")
+    pc.personas.remove("b")  # its adapter leaves the model; the user's stays active and trainable
+    assert wrapped.active_adapters == ["mine"] and "persona-b" not in wrapped.peft_config
+    assert {n for n, p in wrapped.named_parameters() if p.requires_grad} == trainable
+    pc.sessions.create("after")
+    _check(pc.chat("Hello there.", session="after", max_new_tokens=4), reference, "a")
     pc.close()
 
 

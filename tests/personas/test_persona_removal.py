@@ -7,7 +7,7 @@ from pathlib import Path
 
 import percache_plugin as percache
 from tests.assistant.test_removal_traces import files_holding
-from tests.personas.loras import llama_with_loras
+from tests.personas.loras import generate_under, llama_with_loras
 
 PROMPT = "You are Zorblax, keeper of locker 4417."
 NEEDLES = [b"zorblax", b"4417"]
@@ -62,4 +62,23 @@ def test_a_removed_persona_leaves_no_prompt_or_head_snapshot(tmp_path: Path) -> 
     pc.personas.add("z", PROMPT, adapter=dirs["a"])
     pc.sessions.create("again")
     assert pc.chat("Hello.", session="again", persona="z", max_new_tokens=4).stats.persona_head == "stored"
+    pc.close()
+
+
+def test_a_persona_added_again_with_another_adapter_runs_the_new_one(tmp_path: Path) -> None:
+    """The removed persona's adapter leaves the model: its name would shadow the new adapter."""
+    model, tok, dirs, reference = llama_with_loras(tmp_path)
+    pc = percache.enable(model, tok, store=tmp_path / "store")
+    pc.personas.add("z", PROMPT, adapter=dirs["a"])
+    pc.sessions.create("one")
+    first = pc.chat("Hello.", session="one", persona="z", max_new_tokens=6)
+    assert first.token_ids == generate_under(reference, "a", first.prompt_ids, 6)[0]
+    pc.personas.remove("z")
+    pc.personas.add("z", PROMPT, adapter=dirs["b"])
+    pc.sessions.create("two")
+    again = pc.chat("Hello.", session="two", persona="z", max_new_tokens=6)
+    assert again.prompt_ids == first.prompt_ids
+    assert again.token_ids == generate_under(reference, "b", again.prompt_ids, 6)[0] != first.token_ids
+    plain = pc.chat("Hello.", max_new_tokens=6)  # no persona: the base model, as before
+    assert plain.token_ids == generate_under(reference, None, plain.prompt_ids, 6)[0]
     pc.close()
