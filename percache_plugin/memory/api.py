@@ -135,9 +135,10 @@ class Memory:
     def forget_session(self, session: str) -> builtins.list[str]:
         """What memory drew from a deleted session: its turns queued for extraction leave the idle
         queue (then its database is checkpointed), and every fact, active or superseded, whose
-        sources are all turns of ``session`` is forgotten (:meth:`forget`). A fact with a source
-        in another session (stated there too) or none (added by hand) stays. Returns the ids
-        forgotten."""
+        sources are all turns of ``session`` is forgotten (:meth:`forget`), counting the sources
+        it was added again from. A fact with a source in another session (stated there too) or
+        none (added by hand) stays, less the history events of its re-adds from ``session``
+        (their text). Returns the ids forgotten."""
         queue = self._ctx.idle_queue
         queue.drop(EXTRACT_KIND, lambda question, _scope: extraction_session(question) != session)
         queue.scrub()
@@ -145,10 +146,19 @@ class Memory:
         if plugin is None:
             return []
         bank = plugin.bank(self._ctx)
-        gone = [f.id for scope in bank.scopes() for f in bank.list(scope, superseded=True)
-                if (src := sources(f.metadata)) and all(s.rpartition(":")[0] == session for s in src)]
+
+        def only_from(source_ids: builtins.list[str]) -> bool:
+            return all(s.rpartition(":")[0] == session for s in source_ids)
+
+        gone = []
+        for fact in (f for scope in bank.scopes() for f in bank.list(scope, superseded=True)):
+            readded = [s for e in bank.history(fact.id) if e.event == "readded" for s in sources(e.metadata)]
+            if sources(fact.metadata) and only_from([*sources(fact.metadata), *readded]):
+                gone.append(fact.id)
         for fact_id in gone:
             self.forget(fact_id)
+        if bank.drop_readded(lambda metadata: bool(sources(metadata)) and only_from(list(sources(metadata)))):
+            bank.scrub()
         return gone
 
     def _drop_answers(self, ids: builtins.list[str]) -> int:

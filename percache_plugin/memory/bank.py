@@ -278,6 +278,12 @@ class MemoryBank:
     def tombstoned(self, fact_id: str) -> bool:
         return self._rows.tombstoned(fact_id)
 
+    def drop_readded(self, dropped: Callable[[Mapping[str, str]], bool]) -> int:
+        """Delete the ``readded`` history events whose metadata ``dropped`` accepts (an event
+        keeps the text added again: a deleted session's wording of a fact kept)."""
+        with self._lock, self._rows.tx():
+            return self._rows.drop_events("readded", dropped)
+
     def scrub(self) -> bool:
         """Checkpoint and truncate the WAL (see :meth:`FactRows.scrub`)."""
         with self._lock:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -231,6 +231,13 @@ class FactRows(Database):
         self.db.execute("DELETE FROM mem_keys WHERE id = ?", (fact_id,))
         self.db.execute("INSERT OR REPLACE INTO mem_tombstones VALUES (?, ?)", (fact_id, time.time()))
         self.bump()
+
+    def drop_events(self, event: str, dropped: Callable[[Mapping[str, str]], bool]) -> int:
+        """Delete the history events of kind ``event`` whose metadata ``dropped`` accepts."""
+        rows = self.db.execute("SELECT seq, metadata FROM mem_history WHERE event = ?", (event,)).fetchall()
+        gone = [(seq,) for seq, metadata in rows if dropped(json.loads(metadata))]
+        self.db.executemany("DELETE FROM mem_history WHERE seq = ?", gone)
+        return len(gone)
 
     def scrub(self) -> bool:
         """Move every WAL frame into the database and truncate the WAL (deleted rows were

@@ -13,6 +13,9 @@ from tests.helpers import tiny_pair
 SECRET = "Zorblax: my quartz locker code is 4417 every second Tuesday."
 NEEDLES = [b"zorblax", b"4417"]
 GEN = {"max_new_tokens": 4}
+DANA = "Dana waters the office plants every Friday morning."
+EVE = ("Eve walks the two dogs along the river every evening after work, then cooks dinner for "
+       "the whole family, reads the news, answers her mail and calls her sister in Lisbon")
 
 
 def _pc(store: Path) -> percache.PerCache:
@@ -24,20 +27,26 @@ def _pc(store: Path) -> percache.PerCache:
 def test_a_deleted_session_leaves_no_text_in_the_store(tmp_path: Path) -> None:
     pc = _pc(tmp_path)
     pc.sessions.create("s", system="You keep the Zorblax records.")
+    pc.memory.add(EVE, metadata={"source": "default:1"})
     pc.chat(SECRET, "s", **GEN)
     pc.chat("Something else, about Ben and the Monday budget.", **GEN)
     pc.idle()  # the turns' raw facts are stored
     pc.chat("Repeat the zorblax code to me please.", "s", **GEN)  # its extraction still queued
     kept = pc.memory.add("Ben reviews the budget on Monday.", metadata={"source": "s:1,default:1"})
     by_hand = pc.memory.add("Carl likes the projector in room 4.")
+    twice = pc.memory.add(DANA, metadata={"source": "s:2"})  # stated in "default" after
+    assert pc.memory.add(DANA, metadata={"source": "default:1"}).status == "duplicate"
+    reworded = pc.memory.add(EVE + " zorblax", metadata={"source": "s:1"})  # a re-add: its history
+    assert reworded.status == "near_duplicate" and reworded.fact.metadata["source"] == "default:1"
     assert any(f.metadata.get("source") == "s:1" for f in pc.memory.list())
     assert files_holding(tmp_path, NEEDLES)
     pc.sessions.delete("s")
     assert files_holding(tmp_path, NEEDLES) == []  # the handle still open
     pc.idle()  # nothing queued from the deleted turns runs now
     sources = {f.metadata.get("source") for f in pc.memory.list(superseded=True)}
-    assert sources == {"default:1", "s:1,default:1", None}  # stated elsewhere too, or by hand: kept
-    assert {kept.fact.id, by_hand.fact.id} <= {f.id for f in pc.memory.list()}
+    assert sources == {"default:1", "s:1,default:1", "s:2", None}  # stated elsewhere too, or by hand
+    assert {kept.fact.id, by_hand.fact.id, twice.fact.id} <= {f.id for f in pc.memory.list()}
+    assert [e.event for e in pc.memory.history(reworded.fact.id)] == ["added"]
     assert files_holding(tmp_path, NEEDLES) == []
     pc.close()
     assert files_holding(tmp_path, NEEDLES) == []
