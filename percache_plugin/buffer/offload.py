@@ -76,9 +76,22 @@ def read_path_bandwidth(paths: Iterable[str | Path]) -> float:
     return total / max(time.perf_counter() - t0, 1e-9)
 
 
+_Version = tuple[int, int, int, int]
+
+
+def _file_version(st: os.stat_result) -> _Version:
+    """What changes whenever a file's bytes may have: inode (replaced by a rename), size,
+    mtime and ctime (a write in place, even one that sets the mtime back, moves the ctime)."""
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 class BufferedWeights(Mapping[str, torch.Tensor]):
     """Offloaded tensors of ``folder`` served through a :class:`BufferCache` of ``capacity``
-    bytes under ``policy``; every file read is counted (``bytes_read``) and traced."""
+    bytes under ``policy``; every file read is counted (``bytes_read``) and traced.
+
+    Every read checks the file's version (:func:`_file_version`, one ``stat``): a file rewritten
+    since it was cached (another model offloaded into the same folder) is read again, as
+    accelerate's own loader, which reads the file at every forward, would; ``stale`` counts them."""
 
     def __init__(self, folder: str | Path, capacity: int, policy: str | Policy = "llm", *,
                  tracer: Tracer | None = None) -> None:
@@ -87,8 +100,9 @@ class BufferedWeights(Mapping[str, torch.Tensor]):
         if not index_path.is_file():
             raise FileNotFoundError(f"{index_path} not found: not an accelerate offload folder")
         self.index: dict[str, dict[str, Any]] = json.loads(index_path.read_text())
-        self.cache: BufferCache[torch.Tensor] = BufferCache(capacity, policy)
+        self.cache: BufferCache[tuple[torch.Tensor, _Version]] = BufferCache(capacity, policy)
         self.tracer = tracer
+        self.stale = 0
         self.bytes_read = 0
         self.read_s = 0.0
 
@@ -102,11 +116,19 @@ class BufferedWeights(Mapping[str, torch.Tensor]):
     def __getitem__(self, key: str) -> torch.Tensor:
         info = self.index[key]
         path = self.folder / f"{key}.dat"
+        version = _file_version(path.stat())
         if self.tracer is not None:
-            self.tracer.record("r", path.name, 0, path.stat().st_size, "")
-        return self.cache.get(key, lambda: self._load(path, info))
+            self.tracer.record("r", path.name, 0, version[1], "")
+        held = self.cache.peek(key)
+        if held is not None and held[1] != version:
+            self.cache.invalidate(key)
+            self.stale += 1
+        # A rewrite between the stat and the read leaves new bytes under the old version: the
+        # next read's stat differs and reads the file again.
+        return self.cache.get(key, lambda: self._load(path, info, version))[0]
 
-    def _load(self, path: Path, info: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    def _load(self, path: Path, info: dict[str, Any],
+              version: _Version) -> tuple[tuple[torch.Tensor, _Version], int]:
         t0 = time.perf_counter()
         raw = read_dropping_pages(path)
         self.read_s += time.perf_counter() - t0
@@ -118,7 +140,7 @@ class BufferedWeights(Mapping[str, torch.Tensor]):
         t = torch.frombuffer(raw, dtype=_DTYPES[dtype_name]).reshape(shape)
         if not info["shape"]:
             t = t[0]
-        return t, len(raw)
+        return (t, version), len(raw)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.index)

@@ -89,3 +89,41 @@ def test_bench_offload_samples_the_miss_path_by_bytes(tmp_path) -> None:
     assert _sample(paths, 25) == paths[:3]
     assert _sample(paths, 0) == paths[:1]
     assert _sample(paths, 1000) == paths
+
+
+def _layers_of(seed: int) -> dict[str, torch.Tensor]:
+    model = tiny_model("llama", num_hidden_layers=4, seed=seed)
+    return {k: v for k, v in model.state_dict().items() if k.startswith("model.layers.")}
+
+
+def test_a_folder_rewritten_by_another_offload_is_read_again(tmp_path) -> None:
+    # Plain accelerate reads the files at every forward: a second model offloaded into the same
+    # folder is what the next forward computes with. The buffer must not keep serving the first.
+    from accelerate.utils import offload_state_dict
+
+    model, _, weights, _ = offloaded(tmp_path, 1.0, "lru")
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    other = tiny_model("llama", num_hidden_layers=4)
+    other.load_state_dict(_layers_of(seed=1), strict=False)
+    with torch.no_grad():
+        model(ids)  # every tensor cached
+        offload_state_dict(str(tmp_path), _layers_of(seed=1))
+        assert torch.equal(model(ids).logits, other(ids).logits)
+    assert weights.stale == len(weights.index)
+
+
+
+def test_a_file_rewritten_in_place_with_its_mtime_restored_is_read_again(tmp_path) -> None:
+    import os
+
+    _, _, weights, _ = offloaded(tmp_path, 1.0, "lru")
+    key = next(iter(weights.index))
+    path = tmp_path / f"{key}.dat"
+    before = weights[key].clone()
+    st = path.stat()
+    with open(path, "r+b") as f:  # same size, same inode, other bytes
+        f.write(bytes(len(path.read_bytes())))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns
+    assert not torch.equal(before, weights[key])
+    assert torch.count_nonzero(weights[key]) == 0 and weights.stale == 1
