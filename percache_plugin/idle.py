@@ -147,6 +147,12 @@ class IdleQueue:
             self._db.executemany("DELETE FROM idle_tasks WHERE id = ?", gone)
             return len(gone)
 
+    def queued(self, task: IdleTask) -> bool:
+        """Whether ``task`` is still queued: a runner storing what it computed checks first,
+        since a removal may have dropped the task meanwhile."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM idle_tasks WHERE id = ?", (task.id,)).fetchone() is not None
+
     def scrub(self) -> bool:
         """Checkpoint the queue's database after :meth:`drop`, so its file keeps no text of the
         dropped tasks (``sqlite_tx.checkpoint``); False when a reader elsewhere kept frames."""

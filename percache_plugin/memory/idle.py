@@ -148,6 +148,8 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
             raw = raw_turn_fact(text)
             if raw is not None:
                 items.append((raw.text, task.scope, {**raw.metadata, "source": f"{session}:{turn_id}"}))
+    if not c.ctx.idle_queue.queued(task):  # its session was deleted while the model ran
+        return
     results = bank.add_many(items)
     stats.turns += len(turns)
     stats.facts_added += sum(r.status == "added" for r in results)

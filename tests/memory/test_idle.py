@@ -53,7 +53,9 @@ class _Ctx(SimpleNamespace):
 
     def __init__(self, output: str, grammar: bool = False, fail_at: int | None = None) -> None:
         super().__init__(ctx=SimpleNamespace(config=percache.Config(
-            embedder="hash", memory_extract_grammar=grammar)), tokenizer=byte_tokenizer())
+            embedder="hash", memory_extract_grammar=grammar),
+            idle_queue=SimpleNamespace(queued=lambda task: True)),  # every task still queued
+            tokenizer=byte_tokenizer())
         self.output = output
         self.prompts: list[Any] = []
         self.kwargs: list[dict[str, Any]] = []

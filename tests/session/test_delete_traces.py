@@ -70,3 +70,30 @@ def test_a_slice_no_row_names_goes_with_its_session(tmp_path: Path) -> None:
     pc.sessions.delete("s")
     assert not orphan.exists() and not written.exists()
     pc.close()
+
+
+class _DeleteDuringRequest:
+    """Deletes a session when the first request after registering ends (an extraction's)."""
+
+    def __init__(self, pc: percache.PerCache, name: str) -> None:
+        self.pc, self.name, self.deleted = pc, name, False
+
+    @percache.hookimpl
+    def percache_request_end(self, ctx: object, prompt: object, stats: object, generation: object) -> None:
+        if not self.deleted:
+            self.deleted = True
+            self.pc.sessions.delete(self.name)
+
+
+def test_an_extraction_running_when_its_session_is_deleted_stores_nothing(tmp_path: Path) -> None:
+    pc = _pc(tmp_path)
+    pc.configure(memory_extraction="both")  # the model runs, then the raw turn would be stored
+    pc.sessions.create("s")
+    pc.chat(SECRET, "s", **GEN)
+    deleting = _DeleteDuringRequest(pc, "s")
+    pc.plugins.register(deleting)
+    pc.idle()
+    assert deleting.deleted and "s" not in pc.sessions.names()
+    assert not [f for f in pc.memory.list(superseded=True) if f.metadata.get("source", "").startswith("s:")]
+    assert files_holding(tmp_path, NEEDLES) == []
+    pc.close()
