@@ -366,16 +366,17 @@ class Config:
         True,
     )
     drafting: bool = _help(
-        "Greedy decoding verifies drafts copied from the prompt, the nearest QA-bank answers and "
-        "earlier turns (speculative decoding): the tokens are exactly those of plain greedy "
+        "Greedy decoding verifies drafts copied from the prompt, the nearest QA-bank answers, "
+        "earlier turns and a caller's predicted output (speculative decoding): the tokens are exactly those of plain greedy "
         "decoding, fewer forwards are run. Sampling (do_sample=True) and beam search always "
         "decode plainly (stats.drafting says why); token_type_ids are refused. False decodes "
         "plainly always (docs/BENCHMARKS.md, 'Decoding with drafts').",
         True,
     )
     draft_sources: tuple[str, ...] | None = _help(
-        "Names of the draft sources to use ('prompt', 'qa_bank', 'session', 'output' or a "
-        "plugin's); None uses every source offered.",
+        "Names of the draft sources to use ('prompt', 'qa_bank', 'session', 'prediction' (text "
+        "the caller predicts: generate(prediction=...), the server's 'prediction' field), "
+        "'output' or a plugin's); None uses every source offered.",
         None,
     )
     draft_verify_cost: tuple[float, ...] | None = _help(

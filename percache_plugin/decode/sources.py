@@ -11,11 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DraftSource", "DraftHints", "prompt_source", "text_source", "PROMPT", "QA_BANK", "SESSION"]
+__all__ = ["DraftSource", "DraftHints", "prompt_source", "text_source", "with_prediction", "PROMPT",
+           "QA_BANK", "SESSION", "PREDICTION"]
 
 PROMPT = "prompt"
 QA_BANK = "qa_bank"
 SESSION = "session"
+PREDICTION = "prediction"
+"""Text the caller expects the answer to repeat (OpenAI's ``prediction``; ``generate(prediction=...)``)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,8 @@ class DraftHints:
     """Texts and token sequences a caller offers to draft from, by source name.
 
     The assistant fills ``texts[QA_BANK]`` with the stored answers of the nearest questions;
-    a conversation fills ``token_ids[SESSION]`` with its earlier assistant turns. The built-in
+    a conversation fills ``token_ids[SESSION]`` with its earlier assistant turns; a caller's
+    predicted output (``generate(prediction=...)``) goes in ``texts[PREDICTION]``. The built-in
     ``percache_draft_sources`` plugin turns every entry into an anchored :class:`DraftSource`.
     """
 
@@ -71,3 +75,17 @@ def text_source(name: str, texts: Sequence[str], tokenizer: Any, *, anchored: bo
         if ids:
             seqs.append(tuple(int(t) for t in ids))
     return DraftSource(name, tuple(seqs), anchored)
+
+
+def with_prediction(hints: DraftHints | None, prediction: str | None) -> DraftHints | None:
+    """``hints`` with ``prediction`` added as ``texts[PREDICTION]`` (after any given there);
+    ``hints`` as they are when ``prediction`` is None or empty."""
+    if prediction is None:
+        return hints
+    if not isinstance(prediction, str):
+        raise TypeError(f"prediction must be a str, got {type(prediction).__name__}")
+    if not prediction:
+        return hints
+    hints = hints or DraftHints()
+    texts = {**hints.texts, PREDICTION: [*hints.texts.get(PREDICTION, ()), prediction]}
+    return DraftHints(texts=texts, token_ids=hints.token_ids)

@@ -23,6 +23,7 @@ from ..core.capabilities import Capabilities
 from ..core.preemption import Preempted, Preemption
 from ..decode import AcceptanceHistory, DraftedDecoding, DraftHints, run_generate
 from ..decode.chunked import StopCheck, interrupt_check, prefill_rest
+from ..decode.sources import with_prediction
 from ..decode.stored_cost import CurveLookup
 from ..fingerprint import ModelFingerprint
 from ..hooks.contexts import EngineContext
@@ -182,14 +183,19 @@ class Engine:
         return self.hooks.build_prompt(self.ctx, normalize_segments(segments))
 
     def generate(self, segments: Sequence[str | Segment] | Prompt, *, drafts: DraftHints | None = None,
-                 **generate_kwargs: Any) -> Generation:
+                 prediction: str | None = None, **generate_kwargs: Any) -> Generation:
         """Generate from ``[system, chunk, ..., query]`` (or a :class:`Prompt` already built,
         e.g. by :func:`~percache_plugin.kv.blocks.block_prompt`) reusing stored chunk K/V.
 
         Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64).
         Greedy decoding verifies drafts (``Config.drafting``) from the ``percache_draft_sources``
         hook, which receives ``drafts`` (texts or token ids to draft from, by source name).
+        ``prediction``: text the answer is expected to repeat much of (OpenAI's predicted
+        outputs), drafted from as source ``"prediction"``; verified like every draft, so the
+        tokens are those without it. Sampling ignores it. ``stats.accepted_by_source`` /
+        ``drafted_by_source`` say how much of it was kept.
         """
+        drafts = with_prediction(drafts, prediction)
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)

@@ -61,7 +61,9 @@ class PerCache(HandleParts):
     def generate(self, segments: Sequence[str | Segment], **generate_kwargs: Any) -> Generation:
         """Generate from ``[system, chunk, ..., query]`` reusing stored chunk K/V.
 
-        Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64).
+        Extra keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 64);
+        ``prediction=text`` drafts greedy decoding from text the answer is expected to repeat
+        (verified: the answer is the same without it; see :meth:`Engine.generate`).
         """
         return self.engine.generate(segments, **generate_kwargs)
 
@@ -79,7 +81,7 @@ class PerCache(HandleParts):
         """Generate from a plain prompt (text or token ids), reusing the longest cached token
         prefix of any earlier plain prompt, block by block (``Config.prefix_block_tokens``).
         ``stats.tokens_reused`` says how much was served; exact reuse, so greedy output equals
-        plain generate over the same ids."""
+        plain generate over the same ids. ``prediction=text`` as for :meth:`generate`."""
         return self.engine.complete(prompt, **generate_kwargs)
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,

@@ -237,7 +237,8 @@ def percache_draft_sources(ctx: EngineContext, prompt: Prompt, hints: DraftHints
     are verified by the model (the output is exactly that of plain greedy decoding), so a source
     may offer anything, near misses included; a poor source costs time, not correctness. The
     built-in plugin offers the prompt (system prompt, chunks, question) and every entry of
-    ``hints`` (the nearest QA-bank answers, earlier assistant turns). ``ctx.config.draft_sources``
+    ``hints`` (the nearest QA-bank answers, earlier assistant turns, the caller's predicted
+    output under ``"prediction"``: ``generate(prediction=...)``). ``ctx.config.draft_sources``
     filters the sources by name afterwards.
 
     :param ctx: the engine context (``ctx.tokenizer`` to tokenize texts).

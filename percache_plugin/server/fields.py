@@ -88,6 +88,10 @@ FIELDS: tuple[FieldRule, ...] = (
     FieldRule("frequency_penalty", _I, "OpenAI's formula on the logits, per generated token", _ALL),
     FieldRule("logit_bias", _I, "added to the logits before sampling; token ids of the model's "
                                 "tokenizer, biases from -100 to 100", _ALL),
+    FieldRule("prediction", _I, "predicted output ({'type': 'content', 'content': text or text "
+                                "parts}): greedy decoding drafts from it, verified, so the answer "
+                                "is the same; usage.completion_tokens_details counts its accepted "
+                                "and rejected tokens (sampling does not use it)", _C),
     FieldRule("n", _R, "one choice per request (n=1)", _OPENAI, _equal(1)),
     FieldRule("logprobs", _R, "no log probabilities are returned", _OPENAI, _false),
     FieldRule("top_logprobs", _R, "no log probabilities are returned", _C, _equal(0)),
@@ -110,7 +114,6 @@ FIELDS: tuple[FieldRule, ...] = (
     FieldRule("best_of", _R, "one candidate per request (best_of=1)", _T, _equal(1)),
     FieldRule("suffix", _R, "no insertion after a suffix", _T, _empty),
     FieldRule("parallel_tool_calls", _G, "tools are refused, so it has nothing to act on", _C),
-    FieldRule("prediction", _G, "a latency hint (predicted output): the answer is the same", _C),
     FieldRule("user", _G, "an end-user id for abuse monitoring", _OPENAI),
     FieldRule("safety_identifier", _G, "an end-user id for abuse monitoring", _C),
     FieldRule("metadata", _G, "tags for stored completions; nothing is stored", _C),

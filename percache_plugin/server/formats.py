@@ -20,9 +20,12 @@ def sse(data: dict[str, Any] | str) -> str:
 
 
 def usage(o: Outcome) -> dict[str, Any]:
+    accepted, rejected = o.prediction_tokens()
     return {"prompt_tokens": o.prompt_tokens, "completion_tokens": o.completion_tokens,
             "total_tokens": o.prompt_tokens + o.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": o.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": o.cached_tokens},
+            "completion_tokens_details": {"accepted_prediction_tokens": accepted,
+                                          "rejected_prediction_tokens": rejected}}
 
 
 def _reason(o: Outcome) -> str:

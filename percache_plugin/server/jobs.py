@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria
 
+from ..decode.sources import PREDICTION
 from ..kv.blocks import block_prompt
 from ..stats import Generation, GenerationStats
 from .requests import Sampling
@@ -63,6 +64,17 @@ class Outcome:
             "ttft_s": self.ttft_s, "queue_s": self.queue_s, "total_s": self.total_s,
         }
 
+    def prediction_tokens(self) -> tuple[int, int]:
+        """OpenAI's ``accepted_prediction_tokens`` and ``rejected_prediction_tokens``: the
+        predicted output's draft tokens the model kept, and those it verified and did not keep
+        (prediction tokens never drafted, after the answer left the prediction for good, are in
+        neither); both 0 without a prediction or when sampling."""
+        s = self.stats
+        if s is None:
+            return 0, 0
+        accepted = s.accepted_by_source.get(PREDICTION, 0)
+        return accepted, s.drafted_by_source.get(PREDICTION, 0) - accepted
+
 
 def key_root(pc: Any, scope: str) -> str:
     """The root of a scope's prefix-block key chain: the fingerprint of the weights in use and
@@ -88,13 +100,16 @@ def _cancelled(n_prompt: int, queue_s: float, t0: float) -> Outcome:
 
 
 def run_ids(pc: Any, ids: Sequence[int], scope: str | None, sampling: Sampling, max_new: int,
-            stream: TextStream, arrived: float, queue_s: float) -> Outcome:
-    """Generate after ``ids`` reusing the longest cached run of prefix blocks of this scope."""
+            stream: TextStream, arrived: float, queue_s: float, prediction: str | None = None) -> Outcome:
+    """Generate after ``ids`` reusing the longest cached run of prefix blocks of this scope;
+    greedy decoding drafts from ``prediction`` (verified: the same tokens as without it)."""
     if stream.cancelled:
         return _cancelled(len(ids), queue_s, arrived)
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
     kwargs = {"max_new_tokens": max_new, "stopping_criteria": [stream], **sampling.generate_kwargs()}
+    if prediction:
+        kwargs["prediction"] = prediction
     if scope is None:  # pc.complete's path: the percache_plain_prompt hook cuts the prompt
         gen = pc.engine.complete(list(ids), **kwargs)
     else:  # blocks of this scope only (no plugin may match another scope's prompts)

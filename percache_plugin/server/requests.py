@@ -76,6 +76,8 @@ class ChatRequest:
     sampling: Sampling = field(default_factory=Sampling)
     stream: bool = False
     include_usage: bool = False
+    prediction: str | None = None
+    """The predicted output's text (``prediction.content``, text parts joined), or None."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,23 @@ def _content(i: int, value: Any) -> str:
     raise _bad(f"messages[{i}].content", f"messages[{i}].content must be a string, got {_kind(value)}")
 
 
+def _prediction(body: dict[str, Any]) -> str | None:
+    """OpenAI's ``prediction``: ``{"type": "content", "content": text or text parts}``."""
+    value = body.get("prediction")
+    if value is None:
+        return None
+    form = "{'type': 'content', 'content': a string or text parts}"
+    if not isinstance(value, dict) or value.get("type") != "content" or set(value) - {"type", "content"}:
+        raise _bad("prediction", f"'prediction' must be {form}, got {shown(value)}")
+    content = value.get("content")
+    if isinstance(content, str):
+        return content or None
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and set(p) == {"type", "text"}
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content) or None
+    raise _bad("prediction", f"'prediction' must be {form}, got {shown(value)}")
+
+
 def _messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
     value = body.get("messages")
     if not isinstance(value, list):
@@ -266,7 +285,8 @@ def parse_chat(body: Any) -> ChatRequest:
     body = require_object(body)
     check_fields(body, CHAT)
     return ChatRequest(model=_model(body), messages=_messages(body), sampling=_sampling(body),
-                       stream=_bool(body, "stream"), include_usage=_include_usage(body))
+                       stream=_bool(body, "stream"), include_usage=_include_usage(body),
+                       prediction=_prediction(body))
 
 
 def parse_completion(body: Any) -> CompletionRequest:

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from .formats import Format
 from .jobs import run_ids
 from .render import chat_ids, check_bias, max_new_tokens, text_ids
-from .requests import Sampling, parse_chat, parse_completion
+from .requests import ChatRequest, Sampling, parse_chat, parse_completion
 from .respond import respond
 from .state import ServerState
 from .stream import TextStream
@@ -40,7 +40,8 @@ def openai_routes(state: ServerState) -> list[Route]:
         return JSONResponse(model_card())
 
     async def generate(request: Request, kind: str, ids: list[int], sampling: Sampling,
-                       scope: str | None, streaming: bool, include_usage: bool) -> Response:
+                       scope: str | None, streaming: bool, include_usage: bool,
+                       prediction: str | None) -> Response:
         arrived = time.perf_counter()
         check_bias(pc.tokenizer, sampling.logit_bias)
         max_new = max_new_tokens(pc.model, len(ids), sampling.max_tokens,
@@ -48,7 +49,7 @@ def openai_routes(state: ServerState) -> list[Route]:
         stream = TextStream(pc.tokenizer, len(ids), sampling.stop)
 
         def job(queue_s: float) -> Any:
-            return run_ids(pc, ids, scope, sampling, max_new, stream, arrived, queue_s)
+            return run_ids(pc, ids, scope, sampling, max_new, stream, arrived, queue_s, prediction)
 
         return await respond(request, state.runner, kind, job, stream,
                              Format(kind, state.settings.model_name), streaming=streaming,
@@ -60,7 +61,7 @@ def openai_routes(state: ServerState) -> list[Route]:
             req = parse(await state.body(request))
             state.check_model(req.model)
             return await generate(request, kind, ids_of(req), req.sampling, scope, req.stream,
-                                  req.include_usage)
+                                  req.include_usage, req.prediction if isinstance(req, ChatRequest) else None)
 
         return handle
 

@@ -68,7 +68,7 @@ NO_OP: dict[str, Any] = {
 }
 IGNORED = {"user": "u-1", "metadata": {"k": "v"}, "store": True, "service_tier": "flex",
            "safety_identifier": "s", "prompt_cache_key": "k", "parallel_tool_calls": False,
-           "prediction": {"type": "content", "content": "hello"}, "cache_prompt": False}
+           "cache_prompt": False}
 
 
 def _rules(route: str, handling: Handling) -> list[str]:
@@ -207,3 +207,32 @@ def test_docs_list_every_field() -> None:
     missing = [r.name for r in (*FIELDS, *MESSAGE_FIELDS) if f"`{r.name}`" not in section]
     assert not missing, f"docs/server.md 'Request fields' does not mention {missing}"
     assert all(f"`{kind}`" in section for kind in PART_TYPES)
+
+
+def test_prediction_is_parsed_from_a_string_or_text_parts() -> None:
+    def predicted(content: Any) -> str | None:
+        return parse_chat({**BASE[CHAT], "prediction": {"type": "content", "content": content}}).prediction
+
+    assert predicted("Dear Ana,\nthe rehearsal") == "Dear Ana,\nthe rehearsal"
+    assert predicted([{"type": "text", "text": "Dear "}, {"type": "text", "text": "Ana"}]) == "Dear Ana"
+    assert predicted("") is None and predicted([]) is None
+    assert parse_chat(BASE[CHAT]).prediction is None
+    assert parse_chat({**BASE[CHAT], "prediction": None}).prediction is None
+
+
+@pytest.mark.parametrize("value", [
+    "Dear Ana", {"content": "x"}, {"type": "text", "content": "x"}, {"type": "content"},
+    {"type": "content", "content": 5}, {"type": "content", "content": ["x"]},
+    {"type": "content", "content": [{"type": "image_url", "image_url": {"url": "u"}}]},
+    {"type": "content", "content": [{"type": "text", "text": 3}]},
+    {"type": "content", "content": "x", "extra": 1},
+])
+def test_bad_prediction_shapes_are_a_400_naming_prediction(value: Any) -> None:
+    err = _refusal(CHAT, {"prediction": value})
+    assert err.param == "prediction" and "prediction" in err.message
+
+
+def test_prediction_is_refused_on_completions() -> None:
+    """OpenAI's completions endpoint has no predicted outputs: an unknown field there."""
+    err = _refusal(TEXT, {"prediction": {"type": "content", "content": "x"}})
+    assert err.param == "prediction" and err.code == "unknown_parameter"
