@@ -6,18 +6,24 @@ version counter and rehashes the tensors whose probe changed (a ``set_adapter``,
 step, ``p.add_()`` under ``no_grad``, ``p.copy_()``, a replaced ``Parameter``, new adapter
 weights). Writes through ``p.data`` bypass the version counter and are invisible to the probe;
 :meth:`WeightDigests.rehash` (``PerCache.refresh_fingerprint()``) hashes everything again.
+A tensor offloaded with accelerate (``meta`` between forwards) is hashed from the bytes its hook
+loads and probed by their source (:mod:`.offloaded`), so its digest is the one the same tensor
+has in RAM.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
+from .offloaded import OffloadedSource, offloaded_sources
+
 __all__ = ["WeightDigests", "named_tensors", "tensor_digest"]
 
-Probe = tuple[int, int, int]
+Probe = tuple[Any, ...]
 
 
 def named_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -41,9 +47,16 @@ def tensor_digest(t: torch.Tensor) -> bytes:
     return h.digest()
 
 
-def _probe(t: torch.Tensor) -> Probe:
-    ptr = t.data_ptr() if t.device.type != "meta" else 0
-    return id(t), ptr, t._version
+def _probe(t: torch.Tensor, source: OffloadedSource | None) -> Probe:
+    if t.device.type == "meta" and source is not None:
+        return source.probe()  # the hook puts a new meta tensor in place at every forward
+    if t.device.type == "meta":  # no bytes; one made under inference mode has no version counter
+        return id(t), 0, 0
+    return id(t), t.data_ptr(), t._version
+
+
+def _digest(t: torch.Tensor, source: OffloadedSource | None) -> bytes:
+    return tensor_digest(source.load(t) if t.device.type == "meta" and source is not None else t)
 
 
 class WeightDigests:
@@ -70,10 +83,12 @@ class WeightDigests:
         wanted = None if names is None else set(names)
         with torch.no_grad():
             tensors = dict(named_tensors(self.model))
+            sources = offloaded_sources(self.model)
             for name, t in tensors.items():
                 if wanted is None or name in wanted or name not in self._digests:
-                    self._digests[name] = tensor_digest(t)
-                    self._probes[name] = _probe(t)
+                    source = sources.get(name)
+                    self._probes[name] = _probe(t, source)  # before the read: a later write shows
+                    self._digests[name] = _digest(t, source)
                     if wanted is not None:
                         self.rehashed += 1
             for gone in set(self._digests) - set(tensors):
@@ -82,7 +97,8 @@ class WeightDigests:
 
     def refresh(self) -> bool:
         """Rehash the tensors whose probe changed since they were hashed; whether any did."""
-        current = {name: _probe(t) for name, t in named_tensors(self.model)}
+        sources = offloaded_sources(self.model)
+        current = {name: _probe(t, sources.get(name)) for name, t in named_tensors(self.model)}
         if current == self._probes:
             return False
         changed = [n for n, p in current.items() if self._probes.get(n) != p]
