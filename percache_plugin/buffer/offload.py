@@ -32,9 +32,13 @@ from .trace import Tracer
 
 __all__ = ["BufferedWeights", "dispatch_buffered", "read_dropping_pages", "read_path_bandwidth"]
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-           "int64": torch.int64, "int32": torch.int32, "int8": torch.int8, "uint8": torch.uint8,
-           "bool": torch.bool}
+
+
+def _dtype(name: str) -> torch.dtype | None:
+    """The torch dtype of an index entry: accelerate writes numpy's names, which are torch's,
+    and ``bfloat16``/``float8_*`` for the tensors it saved as int16/int8 bits."""
+    dtype = getattr(torch, name, None)
+    return dtype if isinstance(dtype, torch.dtype) and not dtype.is_complex else None
 
 
 def read_dropping_pages(path: str | Path) -> bytearray:
@@ -133,11 +137,11 @@ class BufferedWeights(Mapping[str, torch.Tensor]):
         raw = read_dropping_pages(path)
         self.read_s += time.perf_counter() - t0
         self.bytes_read += len(raw)
-        dtype_name = info["dtype"]
-        if dtype_name not in _DTYPES:
-            raise ValueError(f"{path}: offloaded dtype {dtype_name!r} is not supported")
+        dtype = _dtype(info["dtype"])
+        if dtype is None:
+            raise ValueError(f"{path}: offloaded dtype {info['dtype']!r} is not supported")
         shape = tuple(info["shape"]) or (1,)
-        t = torch.frombuffer(raw, dtype=_DTYPES[dtype_name]).reshape(shape)
+        t = torch.frombuffer(raw, dtype=dtype).reshape(shape)
         if not info["shape"]:
             t = t[0]
         return (t, version), len(raw)

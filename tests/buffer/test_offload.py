@@ -127,3 +127,20 @@ def test_a_file_rewritten_in_place_with_its_mtime_restored_is_read_again(tmp_pat
     assert path.stat().st_mtime_ns == st.st_mtime_ns
     assert not torch.equal(before, weights[key])
     assert torch.count_nonzero(weights[key]) == 0 and weights.stale == 1
+
+
+def test_every_dtype_accelerate_offloads_is_served_as_accelerate_loads_it(tmp_path) -> None:
+    from accelerate.utils import offload_state_dict
+    from accelerate.utils.offload import OffloadedWeightsLoader
+
+    base = torch.linspace(-3, 3, 24).reshape(4, 6)
+    state = {str(dtype).removeprefix("torch."): base.to(dtype)
+             for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int16,
+                           torch.int64, torch.uint8, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)}
+    state["scalar"] = torch.tensor(2.5)
+    offload_state_dict(str(tmp_path), state)
+    weights, plain = BufferedWeights(tmp_path, 1 << 20, "lru"), OffloadedWeightsLoader(save_folder=str(tmp_path))
+    for key in state:
+        got, want = weights[key], plain[key]
+        assert (got.dtype, got.shape) == (want.dtype, want.shape), key
+        assert torch.equal(got.view(torch.uint8) if got.dim() else got, want.view(torch.uint8) if want.dim() else want), key
