@@ -90,3 +90,28 @@ def test_requests_after_forwards_under_inference_mode(tmp_path: Path) -> None:
     with pc.disabled():
         assert got == [pc.generate(SEGMENTS, **GEN).token_ids] * 3
     pc.close()
+
+
+def test_weights_offloaded_to_ram_are_probed_by_their_tensor(tmp_path: Path) -> None:
+    # cpu offload (a GPU model's "cpu" entries): the hooks load from a state dict in RAM
+    from accelerate.hooks import attach_align_device_hook_on_blocks
+    from accelerate.utils.offload import OffloadedWeightsLoader
+
+    model, tok = _pair(1)
+    before = model_fingerprint(model, tok)
+    held = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("model.layers.")}
+    for name in held:
+        module_name, _, tensor = name.rpartition(".")
+        setattr(model.get_submodule(module_name), tensor, torch.nn.Parameter(torch.empty_like(held[name], device="meta")))
+    attach_align_device_hook_on_blocks(
+        model, execution_device={n: "cpu" for n in DEVICE_MAP} | {"": "cpu"},
+        offload={n: d == "disk" for n, d in DEVICE_MAP.items()}, offload_buffers=False,
+        weights_map=OffloadedWeightsLoader(state_dict=held))
+    fp = ModelFingerprint(model, tok)
+    assert fp.value == before
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]]))
+    assert fp.current() == before and fp.stats.tensors_rehashed == 0
+    with torch.no_grad():
+        held["model.layers.0.mlp.up_proj.weight"].mul_(2)
+    assert fp.current() != before and fp.stats.tensors_rehashed == 1
