@@ -55,6 +55,12 @@ def _probe(t: torch.Tensor, source: OffloadedSource | None) -> Probe:
     return id(t), t.data_ptr(), t._version
 
 
+def _sources(model: torch.nn.Module, tensors: Iterable[torch.Tensor]) -> dict[str, OffloadedSource]:
+    """The offloaded tensors' sources; only a model with meta tensors can have any (this spares
+    the others a walk of every module at every request)."""
+    return offloaded_sources(model) if any(t.device.type == "meta" for t in tensors) else {}
+
+
 def _digest(t: torch.Tensor, source: OffloadedSource | None) -> bytes:
     return tensor_digest(source.load(t) if t.device.type == "meta" and source is not None else t)
 
@@ -83,7 +89,7 @@ class WeightDigests:
         wanted = None if names is None else set(names)
         with torch.no_grad():
             tensors = dict(named_tensors(self.model))
-            sources = offloaded_sources(self.model)
+            sources = _sources(self.model, tensors.values())
             for name, t in tensors.items():
                 if wanted is None or name in wanted or name not in self._digests:
                     source = sources.get(name)
@@ -97,8 +103,9 @@ class WeightDigests:
 
     def refresh(self) -> bool:
         """Rehash the tensors whose probe changed since they were hashed; whether any did."""
-        sources = offloaded_sources(self.model)
-        current = {name: _probe(t, sources.get(name)) for name, t in named_tensors(self.model)}
+        tensors = dict(named_tensors(self.model))
+        sources = _sources(self.model, tensors.values())
+        current = {name: _probe(t, sources.get(name)) for name, t in tensors.items()}
         if current == self._probes:
             return False
         changed = [n for n, p in current.items() if self._probes.get(n) != p]
