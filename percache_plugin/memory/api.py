@@ -18,10 +18,10 @@ from ..hooks.contexts import AssistantContext
 from ..kv.stores import FingerprintStores
 from .bank import AddResult, FactHit, MemoryBank
 from .forget import ForgetReport, drop_kv, forget_everywhere
-from .fusion import sources
-from .idle import EXTRACT_KIND, ExtractionStats, extraction_session, queue_turns
+from .idle import ExtractionStats, queue_turns
 from .plugin import MemoryPlugin
 from .rows import Fact, HistoryEvent
+from .session_facts import drawn_only_from, drop_queued_turns, drop_readded_from
 
 __all__ = ["ForgetReport", "Memory"]
 
@@ -139,26 +139,15 @@ class Memory:
         it was added again from. A fact with a source in another session (stated there too) or
         none (added by hand) stays, less the history events of its re-adds from ``session``
         (their text). Returns the ids forgotten."""
-        queue = self._ctx.idle_queue
-        queue.drop(EXTRACT_KIND, lambda question, _scope: extraction_session(question) != session)
-        queue.scrub()
+        drop_queued_turns(self._ctx.idle_queue, session)
         plugin = self._plugin()
         if plugin is None:
             return []
         bank = plugin.bank(self._ctx)
-
-        def only_from(source_ids: builtins.list[str]) -> bool:
-            return all(s.rpartition(":")[0] == session for s in source_ids)
-
-        gone = []
-        for fact in (f for scope in bank.scopes() for f in bank.list(scope, superseded=True)):
-            readded = [s for e in bank.history(fact.id) if e.event == "readded" for s in sources(e.metadata)]
-            if sources(fact.metadata) and only_from([*sources(fact.metadata), *readded]):
-                gone.append(fact.id)
+        gone = drawn_only_from(bank, session)
         for fact_id in gone:
             self.forget(fact_id)
-        if bank.drop_readded(lambda metadata: bool(sources(metadata)) and only_from(list(sources(metadata)))):
-            bank.scrub()
+        drop_readded_from(bank, session)
         return gone
 
     def _drop_answers(self, ids: builtins.list[str]) -> int:

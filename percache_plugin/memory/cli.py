@@ -32,10 +32,10 @@ from ..sqlite_tx import BUSY_TIMEOUT_S
 from ..turnlog import TurnLog
 from ..turnlog.cli import add_export_arguments, export
 from .bank import MemoryBank, UnknownFact
-from .forget import forget_everywhere
+from .forget import ForgetReport, forget_everywhere
 from .rows import Fact, FactRows
 
-__all__ = ["ACTIONS", "add_arguments", "open_memory", "run"]
+__all__ = ["ACTIONS", "add_arguments", "forget_in_store", "open_memory", "run", "session_fingerprints"]
 
 
 class _StoredEmbedder:
@@ -97,7 +97,7 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _session_fingerprints(root: Path) -> list[str]:
+def session_fingerprints(root: Path) -> list[str]:
     """The fingerprints of the sessions saved in the store at ``root`` (nothing is created)."""
     db_path = root / SESSIONS_DB
     if not db_path.is_file():
@@ -117,7 +117,7 @@ def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[in
     the stored nodes holding the session's former ids from that position on (prefix blocks of
     any size, found from the store alone); returns the sessions changed, the turns rewritten
     and the nodes deleted."""
-    fingerprints = _session_fingerprints(root)
+    fingerprints = session_fingerprints(root)
     if not fingerprints:
         return 0, 0, 0
     store = SessionStore(root, fingerprints[0])
@@ -133,6 +133,31 @@ def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[in
     return len(changed), sum(cut.turns_rewritten for cut in changed), removed
 
 
+def forget_in_store(root: Path, admin: StoreAdmin, bank: MemoryBank, qa: QABank,
+                    fact_id: str) -> tuple[ForgetReport, int, int, int]:
+    """Forget ``fact_id`` in the store at ``root`` with no model (the caller holds
+    ``admin.exclusive``): its rows, K/V under every fingerprint, the stored answers built on it,
+    saved sessions and the turn log. Returns the report, the sessions changed, the chat turns
+    rewritten and the prefix-block nodes deleted.
+
+    :raises UnknownFact: no such fact."""
+    stores = [admin.kv_store(fp) for fp in admin.fingerprints()]
+
+    def drop_answers(ids: list[str]) -> int:
+        built_on = [e.id for e in qa.entries() if set(ids).intersection(e.sources)]
+        return sum(qa.delete(i) for i in built_on)
+
+    report = forget_everywhere(bank, fact_id, stores, drop_answers)
+    sessions, turns, blocks = _drop_from_sessions(root, admin, report.fact_id)
+    if (root / SESSIONS_DB).is_file():
+        log = TurnLog(root / SESSIONS_DB)
+        try:
+            log.forget_fact(report.fact_id)
+        finally:
+            log.close()
+    return report, sessions, turns, blocks
+
+
 def _forget(args: argparse.Namespace) -> int:
     if not args.query:
         raise UsageError("'memory forget' needs a FACT_ID", "see the ids with 'percache memory list STORE'")
@@ -143,23 +168,10 @@ def _forget(args: argparse.Namespace) -> int:
         try:
             # Exclusive: a handle open on the store could save a session region holding the fact again.
             with StoreAdmin(args.store) as admin, admin.exclusive("forget a fact in"):
-                stores = [admin.kv_store(fp) for fp in admin.fingerprints()]
-
-                def drop_answers(ids: list[str]) -> int:
-                    built_on = [e.id for e in qa.entries() if set(ids).intersection(e.sources)]
-                    return sum(qa.delete(i) for i in built_on)
-
                 try:
-                    report = forget_everywhere(bank, args.query, stores, drop_answers)
+                    report, sessions, turns, blocks = forget_in_store(args.store, admin, bank, qa, args.query)
                 except UnknownFact as exc:
                     raise UsageError(str(exc), "see the ids with 'percache memory list STORE'") from exc
-                sessions, turns, blocks = _drop_from_sessions(args.store, admin, args.query)
-                if (args.store / SESSIONS_DB).is_file():
-                    log = TurnLog(args.store / SESSIONS_DB)
-                    try:
-                        log.forget_fact(report.fact_id)
-                    finally:
-                        log.close()
         except StoreInUseError as exc:
             raise UsageError(str(exc), "close the program using it, or call pc.memory.forget() "
                              "in it") from exc
