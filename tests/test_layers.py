@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hooks",),
     ("reuse", "request", "plugins", "buffer.plugin", "buffer.trace_plugin"),
     ("engine",),
-    ("assistant", "session", "memory.api", "memory.plugin", "memory.idle", "personas"),
+    ("assistant", "session", "memory.api", "memory.plugin", "memory.idle", "memory.session_facts", "personas"),
     ("handle",),
     ("", "cli", "cli_errors", "admin", "memory.cli", "turnlog.cli", "demo", "bench", "conformance", "bundled", "plugin_list"),
 )
