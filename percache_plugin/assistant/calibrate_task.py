@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..best_effort import best_effort
 from ..config import Config
-from ..decode.calibrate import fit_cached, forward_tokens
+from ..decode.calibrate import MEASURE_DEFAULTS, fit_cached, forward_tokens
 from ..decode.chunked import interrupt_check
 from ..decode.generate import context_limit
 from ..idle import IdleReport, IdleTask
@@ -40,7 +40,7 @@ __all__ = ["CALIBRATE_KIND", "IDLE_MEASURE", "WATCHED", "calibrate", "calibratio
            "queue_calibration"]
 
 CALIBRATE_KIND = "calibrate"
-IDLE_MEASURE = {"cached_tokens": 1500, "max_k": 16, "repeats": 9}
+IDLE_MEASURE = MEASURE_DEFAULTS
 """What the idle task measures: ``pc.measure_verify_cost()``'s defaults."""
 WATCHED = frozenset({"drafting", "draft_verify_cost", "draft_packed_linears", "draft_calibrate_idle"})
 """Settings whose change by ``configure()`` checks again whether a calibration is needed."""

@@ -17,6 +17,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -26,12 +27,14 @@ from .chunked import StopCheck, prefill_chunked
 from .generate import context_limit
 
 __all__ = ["Route", "time_forwards", "measure_curve", "check_arguments", "fit_cached", "forward_tokens",
-           "synchronizer", "WARMUP_ROUNDS"]
+           "synchronizer", "WARMUP_ROUNDS", "MEASURE_DEFAULTS"]
 
 Route = Callable[[int], AbstractContextManager[Any]]
 """The context a forward feeding ``k`` draft tokens runs in (e.g. packed linear weights for ``k >= 1``)."""
 
 WARMUP_ROUNDS = 2
+MEASURE_DEFAULTS: Mapping[str, int] = MappingProxyType({"cached_tokens": 1500, "max_k": 16, "repeats": 9})
+"""What ``pc.measure_verify_cost()`` and the idle ``calibrate`` task measure by default."""
 
 
 def time_forwards(model: Any, cache: Any, ids: Sequence[int], cached: int, ks: Sequence[int],

@@ -12,6 +12,7 @@ from ..assistant import Answer, Assistant
 from ..assistant.worker import IdleWorker
 from ..config import Config
 from ..core.debuglog import ensure_handler
+from ..decode.calibrate import MEASURE_DEFAULTS
 from ..engine import Engine
 from ..idle import IdleReport
 from ..memory.api import Memory
@@ -189,7 +190,8 @@ class PerCache(HandleParts):
         return totals
 
     # -- settings and life cycle -----------------------------------------------------------
-    def measure_verify_cost(self, *, cached_tokens: int = 1500, max_k: int = 16, repeats: int = 9,
+    def measure_verify_cost(self, *, cached_tokens: int = MEASURE_DEFAULTS["cached_tokens"],
+                            max_k: int = MEASURE_DEFAULTS["max_k"], repeats: int = MEASURE_DEFAULTS["repeats"],
                             progress: bool = True) -> tuple[float, ...]:
         """Measure what a forward verifying ``k = 1 .. max_k`` draft tokens costs on this
         machine, in one-token forwards, set it as ``Config.draft_verify_cost`` and return it.
