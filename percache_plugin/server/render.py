@@ -30,8 +30,10 @@ def text_ids(tokenizer: Any, prompt: str | Sequence[int]) -> list[int]:
     vocab = len(tokenizer)
     bad = [t for t in prompt if not 0 <= t < vocab]
     if bad:
-        raise APIError(400, f"'prompt' holds token ids outside the vocabulary (0..{vocab - 1}): {bad[:5]}",
-                       param="prompt")
+        side = "below_min" if min(bad) < 0 else "above_max"
+        raise APIError(400, f"'prompt' holds token ids {bad[:5]}, out of range: token ids must be "
+                       f"between 0 and {vocab - 1} (the vocabulary)", param="prompt",
+                       code=f"integer_{side}_value")
     return list(prompt)
 
 
@@ -40,8 +42,9 @@ def check_bias(tokenizer: Any, bias: Sequence[tuple[int, float]]) -> None:
     vocab = len(tokenizer)
     bad = [i for i, _ in bias if i >= vocab]
     if bad:
-        raise APIError(400, f"'logit_bias' names token ids outside the vocabulary (0..{vocab - 1}): {bad[:5]}",
-                       param="logit_bias")
+        raise APIError(400, f"'logit_bias' names token ids {bad[:5]}, out of range: token ids must be "
+                       f"between 0 and {vocab - 1} (the vocabulary)", param="logit_bias",
+                       code="integer_above_max_value")
 
 
 def max_new_tokens(model: Any, n_prompt: int, requested: int | None, default: int) -> int:

@@ -96,8 +96,19 @@ class AskRequest:
     stream: bool = False
 
 
-def _bad(param: str, message: str) -> APIError:
-    return APIError(400, message, param=param, code="invalid_type" if "must be" in message else None)
+def _bad(param: str, message: str, code: str = "invalid_type") -> APIError:
+    """A 400 naming ``param``, with OpenAI's ``code``: ``invalid_type`` (wrong JSON type),
+    ``invalid_value`` (right type, no meaning) or one of :func:`_range_error`'s."""
+    return APIError(400, message, param=param, code=code)
+
+
+def _range_error(param: str, value: object, kind: str, below: bool, allowed: str,
+                 what: str = "") -> APIError:
+    """A value out of range, coded as OpenAI codes it (``integer_below_min_value``,
+    ``decimal_above_max_value``, ...), naming the field and the range allowed."""
+    side = "below_min" if below else "above_max"
+    return _bad(param, f"{what or repr(param)} is {value}, out of range: it must be {allowed}",
+                f"{kind}_{side}_value")
 
 
 def require_object(body: Any) -> dict[str, Any]:
@@ -120,8 +131,8 @@ def _int(body: dict[str, Any], name: str, lo: int, hi: int | None = None) -> int
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(name, f"'{name}' must be an integer, got {_kind(value)}")
     if value < lo or (hi is not None and value > hi):
-        raise _bad(name, f"'{name}' is {value}; it must be between {lo} and {hi}" if hi is not None
-                   else f"'{name}' is {value}; it must be at least {lo}")
+        raise _range_error(name, value, "integer", value < lo,
+                           f"between {lo} and {hi}" if hi is not None else f"at least {lo}")
     return value
 
 
@@ -132,7 +143,7 @@ def _float(body: dict[str, Any], name: str, default: float, lo: float, hi: float
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise _bad(name, f"'{name}' must be a number, got {_kind(value)}")
     if not lo <= value <= hi:
-        raise _bad(name, f"'{name}' is {value}; it must be between {lo} and {hi}")
+        raise _range_error(name, value, "decimal", value < lo, f"between {lo} and {hi}")
     return float(value)
 
 
@@ -153,9 +164,10 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise _bad("stop", f"'stop' must be a string or an array of strings, got {_kind(value)}")
     if len(stops) > _MAX_STOPS:
-        raise _bad("stop", f"'stop' has {len(stops)} sequences; at most {_MAX_STOPS} are allowed")
+        raise _bad("stop", f"'stop' has {len(stops)} sequences, out of range: at most {_MAX_STOPS} "
+                   "are allowed", "array_above_max_length")
     if any(s == "" for s in stops):
-        raise _bad("stop", "'stop' sequences must not be empty")
+        raise _bad("stop", "'stop' sequences must not be empty", "invalid_value")
     return tuple(stops)
 
 
@@ -168,9 +180,12 @@ def _logit_bias(body: dict[str, Any]) -> tuple[tuple[int, float], ...]:
     out = []
     for key, bias in value.items():
         if not (isinstance(key, str) and key.isascii() and key.isdigit()):
-            raise _bad("logit_bias", f"'logit_bias' keys must be token ids, got {key!r}")
-        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
-            raise _bad("logit_bias", f"'logit_bias' values must be numbers from -100 to 100, got {bias!r}")
+            raise _bad("logit_bias", f"'logit_bias' keys must be token ids, got {key!r}", "invalid_value")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+            raise _bad("logit_bias", f"'logit_bias' values must be numbers, got {shown(bias)}")
+        if not -100 <= bias <= 100:
+            raise _range_error("logit_bias", bias, "decimal", bias < -100, "between -100 and 100",
+                               f"'logit_bias' of token {key}")
         if bias:
             out.append((int(key), float(bias)))
     return tuple(sorted(out))
@@ -187,9 +202,9 @@ def _model(body: dict[str, Any]) -> str:
 
 def _temperature(body: dict[str, Any], default: float) -> float:
     value = _float(body, "temperature", default, 0.0, 2.0)
-    if 0 < value < MIN_TEMPERATURE:
-        raise _bad("temperature", f"'temperature' is {value}: send 0 for greedy decoding, or at "
-                   f"least {MIN_TEMPERATURE} (smaller values overflow the sampler)")
+    if 0 < value < MIN_TEMPERATURE:  # smaller values overflow the sampler
+        raise _range_error("temperature", value, "decimal", True,
+                           f"0 (greedy decoding) or between {MIN_TEMPERATURE} and 2.0")
     return value
 
 
@@ -199,7 +214,8 @@ def _sampling(body: dict[str, Any], temperature: float = 1.0, stops: bool = True
         max_tokens = _int(body, "max_tokens", 1)
     repetition = _float(body, "repetition_penalty", 1.0, 0.0, 100.0)
     if repetition == 0:
-        raise _bad("repetition_penalty", "'repetition_penalty' must be above 0 (1 is off)")
+        raise _range_error("repetition_penalty", value=0.0, kind="decimal", below=True,
+                           allowed="above 0 and at most 100.0 (1 is off)")
     top_k = _int(body, "top_k", -1)
     return Sampling(max_tokens=max_tokens, temperature=_temperature(body, temperature),
                     top_p=_float(body, "top_p", 1.0, 0.0, 1.0), stop=_stop(body) if stops else (),
@@ -274,7 +290,8 @@ def _messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
         check_fields(m, MESSAGE, f"messages[{i}].")
         role = m.get("role")
         if role not in ROLES:
-            raise _bad(f"messages[{i}].role", f"messages[{i}].role is {role!r}; expected one of {', '.join(ROLES)}")
+            raise _bad(f"messages[{i}].role", f"messages[{i}].role is {role!r}; expected one of {', '.join(ROLES)}",
+                       "invalid_value")
         out.append({"role": "system" if role == "developer" else str(role),
                     "content": _content(i, m.get("content"))})
     return tuple(out)

@@ -1,0 +1,65 @@
+"""Refusals of request fields carry OpenAI's error codes: ``invalid_type`` only for a value of
+the wrong JSON type; a value out of range gets OpenAI's range code and a message naming the
+field and the range allowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from percache_plugin.server.errors import APIError
+from percache_plugin.server.requests import parse_ask, parse_chat, parse_completion
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _refusal(extra: dict[str, Any]) -> APIError:
+    with pytest.raises(APIError) as info:
+        parse_chat({**CHAT, **extra})
+    return info.value
+
+
+@pytest.mark.parametrize(("extra", "param", "code", "allowed"), [
+    ({"temperature": 3}, "temperature", "decimal_above_max_value", "between 0.0 and 2.0"),
+    ({"temperature": -0.5}, "temperature", "decimal_below_min_value", "between 0.0 and 2.0"),
+    ({"temperature": 1e-40}, "temperature", "decimal_below_min_value", "between 1e-30 and 2.0"),
+    ({"top_p": 1.5}, "top_p", "decimal_above_max_value", "between 0.0 and 1.0"),
+    ({"presence_penalty": -3}, "presence_penalty", "decimal_below_min_value", "between -2.0 and 2.0"),
+    ({"repetition_penalty": 0}, "repetition_penalty", "decimal_below_min_value", "above 0"),
+    ({"max_tokens": 0}, "max_tokens", "integer_below_min_value", "at least 1"),
+    ({"max_completion_tokens": -4}, "max_completion_tokens", "integer_below_min_value", "at least 1"),
+    ({"seed": 2**64}, "seed", "integer_above_max_value", str(2**63 - 1)),
+    ({"logit_bias": {"5": 200}}, "logit_bias", "decimal_above_max_value", "between -100 and 100"),
+    ({"logit_bias": {"5": -101}}, "logit_bias", "decimal_below_min_value", "between -100 and 100"),
+    ({"stop": ["a"] * 5}, "stop", "array_above_max_length", "at most 4"),
+])
+def test_out_of_range_values_get_a_range_code_naming_field_and_range(
+        extra: dict[str, Any], param: str, code: str, allowed: str) -> None:
+    err = _refusal(extra)
+    assert err.status == 400 and err.type == "invalid_request_error"
+    assert err.param == param and err.code == code
+    assert "out of range" in err.message and param in err.message and allowed in err.message
+
+
+@pytest.mark.parametrize(("extra", "param", "code"), [
+    ({"temperature": "hot"}, "temperature", "invalid_type"),
+    ({"max_tokens": 1.5}, "max_tokens", "invalid_type"),
+    ({"logit_bias": {"5": "x"}}, "logit_bias", "invalid_type"),
+    ({"logit_bias": {"five": 1}}, "logit_bias", "invalid_value"),
+    ({"stop": [""]}, "stop", "invalid_value"),
+    ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role", "invalid_value"),
+])
+def test_wrong_types_and_meaningless_values_keep_their_codes(extra: dict[str, Any], param: str,
+                                                             code: str) -> None:
+    err = _refusal(extra)
+    assert err.param == param and err.code == code and "out of range" not in err.message
+
+
+def test_other_routes_share_the_range_codes() -> None:
+    with pytest.raises(APIError) as info:
+        parse_completion({"model": "m", "prompt": "x", "top_p": 2})
+    assert info.value.code == "decimal_above_max_value"
+    with pytest.raises(APIError) as info:
+        parse_ask({"question": "q", "max_tokens": 0})
+    assert info.value.code == "integer_below_min_value"
