@@ -10,6 +10,7 @@ from typing import Any
 
 from ..assistant import Answer, Assistant
 from ..assistant.worker import IdleWorker
+from ..best_effort import best_effort
 from ..config import Config
 from ..core.debuglog import ensure_handler
 from ..decode.calibrate import MEASURE_DEFAULTS
@@ -101,7 +102,8 @@ class PerCache(HandleParts):
         the message in this turn; ``reply.stats.fact_ids`` names them.
 
         With ``Config.memory_extraction`` on, the turn is queued for extraction into
-        ``memory_scope`` in idle time.
+        ``memory_scope`` in idle time (best effort: a failed write counts in
+        ``reply.stats.store_errors``).
 
         ``persona`` (a name from :attr:`personas`) runs the turn with that persona's system
         prompt as the session's and its peft adapter applied (the base model for a persona
@@ -116,7 +118,9 @@ class PerCache(HandleParts):
             or the model's context."""
         reply = self.sessions.chat(message, session, memory_scope=memory_scope, persona=persona,
                                    **generate_kwargs)
-        self.memory.after_turn(session, message, reply, memory_scope)
+        # the turn is generated and saved: a failed queue write costs its extraction, not the reply
+        with best_effort("queueing the turn for memory extraction", self.engine.stats(), reply.stats):
+            self.memory.after_turn(session, message, reply, memory_scope)
         return reply
 
     @property
