@@ -60,7 +60,7 @@ class Assistant:
         self.task_runners: Registry[TaskRunner] = Registry("idle task kind")
         engine.hooks.register_idle_tasks(self.task_runners.register)
         self.ctx = AssistantContext(engine.ctx, lambda: self.embedder, lambda: self.idle_queue,
-                                    lambda: self.prediction_state)
+                                    lambda: self.prediction_state, foreground=self._foreground)
         self.idle_context = IdleContext(
             self.ctx, generate=engine.generate, prefill=engine.prefill, tokenizer=engine.tokenizer,
             n_parameters=engine.n_parameters, prediction_state=lambda: self.prediction_state,

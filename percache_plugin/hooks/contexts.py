@@ -8,7 +8,9 @@ built once per handle; ``config`` always holds the handle's current settings.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,12 +76,18 @@ class AssistantContext:
     """What the ask() pipeline's hooks may use.
 
     :ivar engine: the engine context (settings, K/V store, capabilities).
+    :ivar foreground: a context manager that preempts idle work and holds the engine for a
+        change made outside a request (a bank removing chunks): an idle task computing from
+        them either finishes first, and what it stored is forgotten with them, or stops and
+        runs again after the change.
     """
 
     def __init__(self, engine: EngineContext, embedder: Callable[[], Embedder],
                  idle_queue: Callable[[], IdleQueue],
-                 prediction_state: Callable[[], PredictionState] | None = None) -> None:
+                 prediction_state: Callable[[], PredictionState] | None = None,
+                 foreground: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
         self.engine = engine
+        self.foreground = foreground
         self._embedder = embedder
         self._idle_queue = idle_queue
         self._prediction_state = prediction_state

@@ -48,6 +48,7 @@ class KnowledgeRetrieval:
             self._bank = KnowledgeBank(ctx.data_path("knowledge"), ctx.embedder,
                                        chunk_words=ctx.config.chunk_words)
             self._bank.before_remove = lambda ids: forget_chunks(ctx, ids)
+            self._bank.guard = ctx.foreground  # idle work computing from them stops first
         return self._bank
 
     def set_chunk_words(self, words: int) -> None:

@@ -19,6 +19,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,9 @@ class KnowledgeBank:
     :ivar before_remove: called with the chunk ids :meth:`remove_document` or :meth:`remove_chunks`
         is about to delete, first (a handle's bank deletes the answers and K/V built on them, so
         a crash midway leaves less cache, never an answer without its source).
+    :ivar guard: entered around :meth:`remove_document` and :meth:`remove_chunks`, before the
+        bank's own lock (a handle's bank: preempts its idle work and holds its engine, so no idle
+        task stores what it computed from the chunks after they are forgotten).
     """
 
     def __init__(self, directory: Path | None, embedder: Embedder, *, chunk_words: int = 100,
@@ -84,6 +88,7 @@ class KnowledgeBank:
         self.snapshot_every = snapshot_every
         self.repairs: Counter[str] = Counter()
         self.before_remove: Callable[[frozenset[str]], object] = lambda ids: None
+        self.guard: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
         self._lock = threading.RLock()
         self._unsaved = 0
         self._generation = -1
@@ -289,7 +294,7 @@ class KnowledgeBank:
     def remove_document(self, doc_id: str, scope: str | None) -> tuple[str, ...]:
         """Remove document ``doc_id`` of ``scope``; returns the ids of the chunks deleted. A
         paragraph another document holds too stays, and passes to that document."""
-        with self._lock:
+        with self.guard(), self._lock:
             self._sync()
             held = self._rows.document_chunks(doc_id, scope)
             if not held:
@@ -317,7 +322,7 @@ class KnowledgeBank:
     def remove_chunks(self, chunk_ids: Iterable[str]) -> int:
         """Remove chunks (unknown ids are ignored); returns how many."""
         ids = frozenset(chunk_ids)
-        with self._lock:
+        with self.guard(), self._lock:
             self.before_remove(ids)
             removed = self._rows.delete(ids)
             self._sync()

@@ -1,0 +1,77 @@
+"""Idle work racing a foreground change: a task that computed its result from a document that
+was removed or replaced meanwhile never stores it. The races are driven by events in a hook,
+not by timing."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import percache_plugin as percache
+from percache_plugin.hooks.specs import hookimpl
+from tests.assistant.test_assistant import BEN, GEN, _pc
+from tests.assistant.test_removal_traces import NEEDLES, OTHER, SECRET, Q, files_holding
+
+CHANGES: dict[str, Callable[[percache.PerCache], object]] = {
+    "remove_document": lambda pc: pc.knowledge.remove_document("zz", "me"),
+    "remove_chunks": lambda pc: pc.knowledge.remove_chunks(
+        [c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"]),
+    "replace": lambda pc: pc.add_documents([OTHER], scope="me"),
+}
+
+
+class PauseFirstBackgroundRequest:
+    """Holds the idle worker's first request at its start until :attr:`go` is set."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.worker: int | None = None
+
+    @hookimpl
+    def percache_request_start(self, ctx: object, prompt: object) -> None:
+        if threading.get_ident() == self.worker and not self.started.is_set():
+            self.started.set()
+            assert self.go.wait(30), "the test never let the request go on"
+
+
+def _change_while_a_task_runs(pc: percache.PerCache, change: Callable[[percache.PerCache], object]) -> None:
+    """Start the worker on the queued task, make ``change`` while its request is held at its
+    start (the change either finishes or waits for the engine), then let the request go on."""
+    pause = PauseFirstBackgroundRequest()
+    pc.plugins.register(pause)
+    worker = pc.start_idle_worker(poll_s=0.01)
+    pause.worker = worker.ident
+    assert pause.started.wait(30)
+    changer = threading.Thread(target=change, args=(pc,))
+    changer.start()
+    while changer.is_alive() and not pc.engine.preemption.waiting():
+        changer.join(0.005)  # done at once, or waiting for the engine: either way, go on
+    pause.go.set()
+    changer.join(30)
+    assert not changer.is_alive()
+    while pc.idle_queue.pending():  # the task ends (or runs again after a preemption)
+        threading.Event().wait(0.01)
+    pc.stop_idle_worker()
+    assert worker.errors == []
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+@pytest.mark.parametrize("on_disk", [False, True], ids=["memory", "disk"])
+def test_an_answer_computed_while_its_document_changes_is_not_kept(tmp_path: Path, change: str,
+                                                                  on_disk: bool) -> None:
+    pc = _pc(tmp_path if on_disk else None)  # type: ignore[arg-type]
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = {c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"}
+    pc.idle_queue.push("answer", Q, "me")
+    _change_while_a_task_runs(pc, CHANGES[change])
+    assert not any(set(e.sources) & gone for e in pc.qa_bank.entries())
+    assert not any(n.extra.get("chunk") in gone for n in pc.engine.store.nodes())
+    if on_disk:
+        assert files_holding(tmp_path, NEEDLES) == []
+    answer = pc.ask(Q, scope="me", **GEN)
+    assert not set(answer.sources) & gone
+    pc.close()
