@@ -48,6 +48,14 @@ class Memory:
         return plugin.extraction if plugin is not None else ExtractionStats()
 
     @property
+    def corrupt(self) -> builtins.list[str]:
+        """Ids of the fact rows skipped so far as unreadable (metadata or K/V keys not JSON, a
+        vector of the wrong size): skipped wherever they are read (never recalled or searched),
+        like facts not stored; :meth:`forget` removes them."""
+        plugin = self._plugin()
+        return plugin.bank(self._ctx).corrupt if plugin is not None else []
+
+    @property
     def bank(self) -> MemoryBank:
         plugin = self._plugin()
         if plugin is None:

@@ -226,8 +226,15 @@ class MemoryBank:
         fact = self._rows.get(fact_id)
         if fact is None:
             gone = " (forgotten)" if self._rows.tombstoned(fact_id) else ""
+            if self._rows.get(fact_id, loose=True) is not None:
+                gone = " (its row is corrupt: forget() removes it)"
             raise UnknownFact(f"no fact {fact_id!r}{gone}")
         return fact
+
+    @property
+    def corrupt(self) -> builtins.list[str]:
+        """Ids of the rows skipped so far because they cannot be read (never served)."""
+        return sorted(self._rows.corrupt)
 
     def find(self, fact_id: str) -> Fact | None:
         """The fact of this id in any status, or None."""
@@ -269,8 +276,9 @@ class MemoryBank:
         """Remove the fact and its history (a tombstone keeps the id); returns what was
         removed, so the caller can drop its K/V and cached answers, then :meth:`scrub`."""
         with self._lock, self._rows.tx():
-            fact = self.get(fact_id)
+            fact = self._rows.get(fact_id, loose=True) or self.get(fact_id)  # a corrupt row too
             self._rows.forget(fact_id)
+        self._rows.corrupt.discard(fact_id)
         with self._lock:
             self._sync()
         return fact

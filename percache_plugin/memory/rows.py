@@ -13,8 +13,9 @@ frame keeps it either.
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from ..sqlite_tx import Database, Schema, connect
 
-__all__ = ["MEMORY_SCHEMA", "Fact", "FactRows", "HistoryEvent", "scope_key"]
+__all__ = ["MEMORY_SCHEMA", "CorruptRow", "Fact", "FactRows", "HistoryEvent", "scope_key"]
 
 MEMORY_SCHEMA = Schema("memory", 1, """
 CREATE TABLE IF NOT EXISTS mem_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -39,6 +40,8 @@ CREATE INDEX IF NOT EXISTS mem_history_fact ON mem_history (fact_id);
 CREATE TABLE IF NOT EXISTS mem_tombstones (id TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS mem_keys (id TEXT PRIMARY KEY, vector BLOB NOT NULL);
 """)
+
+log = logging.getLogger("percache")
 
 _COLS = "id, scope, text, subject, metadata, created, updated, status, superseded_by, kv_keys"
 
@@ -78,10 +81,38 @@ class HistoryEvent:
     at: float
 
 
+def _json(text: str) -> object:
+    """``text`` parsed (None: not JSON; a corrupt history row is skipped)."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError):
+        return None
+
+
+class CorruptRow(ValueError):
+    """A memory row that cannot be read (metadata or K/V keys not the JSON written, a vector
+    of another size than the embedder's): it is skipped, like a fact not stored."""
+
+
 def _fact(row: tuple) -> Fact:
     fid, scope, text, subject, metadata, created, updated, status, by, kv = row
-    return Fact(fid, text, scope, json.loads(metadata), float(created), float(updated), status,
-                by, subject, tuple(json.loads(kv)))
+    try:
+        meta, keys = json.loads(metadata), json.loads(kv)
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise TypeError(f"metadata {metadata!r} is not a JSON object of str")
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise TypeError(f"kv_keys {kv!r} is not a JSON list of str")
+        return Fact(fid, str(text), scope, meta, float(created), float(updated), status, by, subject, tuple(keys))
+    except (ValueError, TypeError) as exc:
+        raise CorruptRow(f"memory row {fid!r} is unreadable: {exc}") from exc
+
+
+def _loose(row: tuple) -> Fact:
+    """A row as a fact even when it is corrupt (what forgetting it needs: id and text)."""
+    try:
+        return _fact(row)
+    except CorruptRow:
+        return Fact(row[0], str(row[2]), row[1])
 
 
 class FactRows(Database):
@@ -89,6 +120,7 @@ class FactRows(Database):
 
     def __init__(self, path: Path | None, embedder_name: str, dim: int) -> None:
         self.dim = dim
+        self.corrupt: set[str] = set()  # ids of the rows skipped as unreadable (CorruptRow)
         self.db = connect(path, MEMORY_SCHEMA)
         try:
             with self.tx():
@@ -122,9 +154,28 @@ class FactRows(Database):
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM mem_facts").fetchone()[0])
 
-    def get(self, fact_id: str) -> Fact | None:
+    def _readable(self, rows: Iterable[tuple]) -> list[Fact]:
+        """The facts of ``rows``, less the corrupt ones (recorded in :attr:`corrupt`, logged once)."""
+        out = []
+        for row in rows:
+            try:
+                out.append(_fact(row))
+            except CorruptRow as exc:
+                self._skip(row[0], exc)
+        return out
+
+    def _skip(self, fact_id: str, exc: Exception) -> None:
+        if fact_id not in self.corrupt:
+            self.corrupt.add(fact_id)
+            log.warning("percache: %s; it is skipped (pc.memory.forget(%r) removes it)", exc, fact_id)
+
+    def get(self, fact_id: str, *, loose: bool = False) -> Fact | None:
+        """The fact of this id (None: none, or its row is corrupt; ``loose``: a corrupt row
+        as a fact with its id, scope and text only, for forgetting it)."""
         row = self.db.execute(f"SELECT {_COLS} FROM mem_facts WHERE id = ?", (fact_id,)).fetchone()
-        return None if row is None else _fact(row)
+        if row is None:
+            return None
+        return _loose(row) if loose else next(iter(self._readable([row])), None)
 
     def select(self, scope: str | None, *, status: str | None = "active") -> list[Fact]:
         """Facts of one scope in the order added (``status`` None: every status)."""
@@ -133,7 +184,7 @@ class FactRows(Database):
         if status is not None:
             sql += " AND status = ?"
             params.append(status)
-        return [_fact(r) for r in self.db.execute(sql + " ORDER BY seq", params)]
+        return self._readable(self.db.execute(sql + " ORDER BY seq", params))
 
     def active_vectors(self) -> dict[str, tuple[Fact, np.ndarray, np.ndarray | None]]:
         """Every active fact of every scope with its text's vector and its key's (None: the
@@ -142,25 +193,38 @@ class FactRows(Database):
         cols = ", ".join(f"f.{c.strip()}" for c in _COLS.split(","))
         for row in self.db.execute(f"SELECT {cols}, f.vector, k.vector FROM mem_facts f "
                                    "LEFT JOIN mem_keys k ON k.id = f.id WHERE f.status = 'active'"):
-            key = None if row[-1] is None else np.frombuffer(row[-1], dtype=np.float32).copy()
-            out[row[0]] = (_fact(row[:-2]), np.frombuffer(row[-2], dtype=np.float32).copy(), key)
+            try:
+                fact = _fact(row[:-2])
+                vector = self._vector(row[0], row[-2])
+                key = None if row[-1] is None else self._vector(row[0], row[-1])
+            except CorruptRow as exc:
+                self._skip(row[0], exc)
+                continue
+            out[row[0]] = (fact, vector, key)
         return out
+
+    def _vector(self, fact_id: str, blob: object) -> np.ndarray:
+        if not isinstance(blob, bytes) or len(blob) != 4 * self.dim:
+            size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
+            raise CorruptRow(f"memory row {fact_id!r} has a vector of {size} bytes, not {4 * self.dim}")
+        return np.frombuffer(blob, dtype=np.float32).copy()
 
     def with_norm(self, scope: str | None, norm: str) -> Fact | None:
         row = self.db.execute(f"SELECT {_COLS} FROM mem_facts WHERE scope_key = ? AND norm = ? "
                               "AND status = 'active' ORDER BY seq LIMIT 1",
                               (scope_key(scope), norm)).fetchone()
-        return None if row is None else _fact(row)
+        return next(iter(self._readable([] if row is None else [row])), None)
 
     def with_subject(self, scope: str | None, subject: str) -> list[Fact]:
         rows = self.db.execute(f"SELECT {_COLS} FROM mem_facts WHERE scope_key = ? AND subject = ? "
                                "AND status = 'active' ORDER BY seq", (scope_key(scope), subject))
-        return [_fact(r) for r in rows]
+        return self._readable(rows)
 
     def history(self, fact_id: str) -> list[HistoryEvent]:
         rows = self.db.execute("SELECT fact_id, event, text, metadata, at FROM mem_history "
                                "WHERE fact_id = ? ORDER BY seq", (fact_id,))
-        return [HistoryEvent(f, e, t, json.loads(m), float(a)) for f, e, t, m, a in rows]
+        return [HistoryEvent(f, e, t, meta, float(a)) for f, e, t, m, a in rows
+                if isinstance(meta := _json(m), dict)]
 
     def tombstoned(self, fact_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM mem_tombstones WHERE id = ?",
@@ -235,7 +299,7 @@ class FactRows(Database):
     def drop_events(self, event: str, dropped: Callable[[Mapping[str, str]], bool]) -> int:
         """Delete the history events of kind ``event`` whose metadata ``dropped`` accepts."""
         rows = self.db.execute("SELECT seq, metadata FROM mem_history WHERE event = ?", (event,)).fetchall()
-        gone = [(seq,) for seq, metadata in rows if dropped(json.loads(metadata))]
+        gone = [(seq,) for seq, metadata in rows if isinstance(meta := _json(metadata), dict) and dropped(meta)]
         self.db.executemany("DELETE FROM mem_history WHERE seq = ?", gone)
         return len(gone)
 

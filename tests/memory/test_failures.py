@@ -1,11 +1,16 @@
 """Memory fails soft: a failed memory write never fails the chat turn it follows (counted in
-its stats)."""
+its stats), and a corrupt fact row is a miss (counted, forgettable), not a crash."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import percache_plugin as percache
+from percache_plugin.memory.bank import UnknownFact
 from tests.helpers import tiny_pair
 
 
@@ -23,4 +28,50 @@ def test_a_failed_extraction_queue_write_keeps_the_reply_and_is_counted(tmp_path
         assert [t.turn_id for t in pc.sessions.get("s").turns] == [1, 2]
     finally:
         pc.idle_queue._db.execute("PRAGMA query_only = OFF")
+        pc.close()
+
+
+CORRUPTIONS = {
+    "vector": "UPDATE mem_facts SET vector = x'0102' WHERE id = ?",
+    "metadata": "UPDATE mem_facts SET metadata = '{bad' WHERE id = ?",
+    "metadata_type": "UPDATE mem_facts SET metadata = '[1, 2]' WHERE id = ?",
+    "kv_keys": "UPDATE mem_facts SET kv_keys = 'nope' WHERE id = ?",
+    "key_vector": "INSERT OR REPLACE INTO mem_keys VALUES (?, x'01')",
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_a_corrupt_fact_row_is_a_miss_counted_and_forgettable(tmp_path: Path, corruption: str) -> None:
+    model, tok = tiny_pair("llama")
+    config: dict[str, Any] = dict(store=tmp_path, embedder="hash", predict="off", memory_recall=True,
+                                  memory_threshold=0.0, answer_grounding=False, relevance_threshold=None)
+    pc = percache.enable(model, tok, **config)
+    bad = pc.memory.add("Ana drinks Quillberry tea every morning", scope="me").fact
+    good = pc.memory.add("Ana keeps a Quillberry plant", scope="me").fact
+    pc.memory.add("Bob repairs old radios", scope="me")
+    pc.close()
+    con = sqlite3.connect(tmp_path / "percache.sqlite3")
+    with con:
+        con.execute(CORRUPTIONS[corruption], (bad.id,))
+    con.close()
+
+    pc = percache.enable(model, tok, **config)
+    try:
+        pc.sessions.create("s")
+        reply = pc.chat("Which Quillberry things does Ana have?", session="s", memory_scope="me", max_new_tokens=2)
+        assert good.id in reply.stats.fact_ids and bad.id not in reply.stats.fact_ids
+        assert bad.id not in [h.fact.id for h in pc.memory.search("Quillberry tea", scope="me")]
+        assert bad.id not in pc.ask("Which tea does Ana drink?", scope="me", max_new_tokens=2).sources
+        assert pc.memory.add("Cy plays jazz", scope="me").status == "added"
+        assert pc.memory.corrupt == [bad.id]
+        if "vector" in corruption:  # its row reads; it cannot be searched
+            assert pc.memory.get(bad.id).text == bad.text
+        else:
+            with pytest.raises(UnknownFact, match="corrupt"):
+                pc.memory.get(bad.id)
+        pc.memory.forget(bad.id)
+        assert pc.memory.corrupt == []
+        with pytest.raises(UnknownFact, match="forgotten"):
+            pc.memory.get(bad.id)
+    finally:
         pc.close()
