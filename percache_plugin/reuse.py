@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .attention.rope import RopeShifter
-from .attention.splice import ProbeDone, SpliceCache, splice_mask
+from .attention.splice import ProbeDone, SpliceCache, attention_chunk_of, splice_mask
 from .cache_arg import cache_kw
 from .core.preemption import Preempted
 from .decode import dtype_device
@@ -51,7 +51,8 @@ class ReuseRunner:
         self._ctx = ctx
         self._shifter = shifter
         self.active_splice: SpliceCache | None = None
-        self._masks: dict[tuple[int | None, int], torch.Tensor] = {}
+        self._masks: dict[tuple[int | None, int | None, int], torch.Tensor] = {}
+        self._text_config = model.config.get_text_config(decoder=True)
         # A splice forward only fills the cache: it runs the decoder without the lm head (over
         # every computed position that head cost about a fifth of the forward's FLOPs on
         # SmolLM2), or, where the model names no separate decoder, asks for one position's logits.
@@ -63,17 +64,20 @@ class ReuseRunner:
             and "logits_to_keep" in inspect.signature(model.forward).parameters else {})
 
     # -- attention relay ----------------------------------------------------------------------
-    def splice_mask(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    def splice_mask(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                    kwargs: dict[str, Any]) -> torch.Tensor | None:
         """During a splice, the mask of the true positions (the model built one for contiguous
-        queries); None otherwise."""
+        queries) with the layer's window or attention chunk; None otherwise."""
         splice = self.active_splice
         if splice is None or splice.positions is None:
             return None
         window = kwargs.get("sliding_window")
-        mkey = (window, key.shape[-2])
+        chunk = attention_chunk_of(self._text_config, getattr(module, "layer_idx", None))
+        mkey = (window, chunk, key.shape[-2])
         if mkey not in self._masks:
             self._masks[mkey] = splice_mask(splice.positions.to(query.device), key.shape[-2],
-                                            dtype=query.dtype, sliding_window=window)
+                                            dtype=query.dtype, sliding_window=window,
+                                            attention_chunk=chunk)
         return self._masks[mkey]
 
     # -- loading ------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 __all__ = [
     "EXTRA_FAMILIES",
+    "MASK_FAMILIES",
     "TINY_FAMILIES",
     "TINY_INIT_RANGE",
     "TINY_VOCAB",
@@ -62,6 +63,10 @@ TINY_FAMILIES: tuple[str, ...] = (
 EXTRA_FAMILIES: tuple[str, ...] = ("cohere", "glm", "cohere2", "smollm3")
 """Families for RoPE-layout tests only: interleaved pairs ``(2i, 2i+1)`` (Cohere, GLM with
 partial rotary) and layers without RoPE (Cohere2 full-attention layers, SmolLM3 NoPE layers)."""
+
+MASK_FAMILIES: tuple[str, ...] = ("llama4",)
+"""Families for attention-mask tests: chunked attention (Llama 4 text, every layer
+``chunked_attention`` with chunks of 8 positions, so a 30-token prompt spans several)."""
 
 _COMMON: Mapping[str, Any] = MappingProxyType(
     {
@@ -139,6 +144,12 @@ _FAMILIES: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "attn_pdrop": 0.0,
             },
         ),
+        # Chunked attention: a query sees only keys of its own 8-position chunk (no window kwarg).
+        "llama4": (
+            "llama4_text",
+            {**_GQA, "head_dim": 16, "attention_chunk_size": 8, "num_local_experts": 2,
+             "intermediate_size_mlp": 128},
+        ),
         "cohere": ("cohere", {**_GQA, "use_qk_norm": False}),
         # Interleaved and partial (GLM's default partial_rotary_factor is 0.5).
         "glm": ("glm", {**_GQA, "head_dim": 16}),
@@ -170,10 +181,10 @@ _NOT_FOR_GPT2: frozenset[str] = frozenset(
 def tiny_config_kwargs(family: str, **overrides: Any) -> tuple[str, dict[str, Any]]:
     """Return ``(model_type, config kwargs)`` for a tiny ``family`` with ``overrides`` applied.
 
-    :raises KeyError: ``family`` is not one of :data:`TINY_FAMILIES` or :data:`EXTRA_FAMILIES`.
+    :raises KeyError: ``family`` is not in :data:`TINY_FAMILIES`, :data:`EXTRA_FAMILIES` or :data:`MASK_FAMILIES`.
     """
     if family not in _FAMILIES:
-        known = ", ".join((*TINY_FAMILIES, *EXTRA_FAMILIES))
+        known = ", ".join((*TINY_FAMILIES, *EXTRA_FAMILIES, *MASK_FAMILIES))
         raise KeyError(f"no tiny config for family {family!r}; known families: {known}")
     model_type, specific = _FAMILIES[family]
     common = {k: v for k, v in _COMMON.items() if not (family == "gpt2" and k in _NOT_FOR_GPT2)}
@@ -197,7 +208,7 @@ def tiny_model(
 ) -> PreTrainedModel:
     """Build a tiny random ``AutoModelForCausalLM`` of ``family`` in eval mode.
 
-    :param family: one of :data:`TINY_FAMILIES` (or :data:`EXTRA_FAMILIES`).
+    :param family: one of :data:`TINY_FAMILIES` (or :data:`EXTRA_FAMILIES`, :data:`MASK_FAMILIES`).
     :param dtype: parameter dtype of the returned model.
     :param seed: weights are drawn from ``torch.manual_seed(seed)``; same seed, same weights.
     :param overrides: config fields replacing the tiny defaults (e.g. ``rope_parameters``,

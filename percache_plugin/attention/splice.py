@@ -7,7 +7,7 @@ layers. transformers 5 calls ``Cache.update(k, v, layer_idx)`` without positions
 positions of a forward are announced beforehand with ``with cache.splice(positions):``. The
 default causal mask assumes contiguous queries after the cached part, so during a splice the
 attention hook replaces it with :func:`splice_mask`, built from the true positions (and the
-layer's sliding window).
+layer's sliding window, or its attention chunk on chunked-attention layers: Llama 4).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from transformers import Cache, DynamicLayer
 
-__all__ = ["SpliceCache", "SpliceLayer", "splice_mask", "ProbeDone"]
+__all__ = ["SpliceCache", "SpliceLayer", "splice_mask", "attention_chunk_of", "ProbeDone"]
 
 
 class ProbeDone(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -118,15 +118,30 @@ def splice_mask(
     *,
     dtype: torch.dtype,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,
 ) -> torch.Tensor:
     """Additive mask ``[1, 1, q, kv_length]``: 0 where query position ``p`` may see key ``k``
-    (``k <= p`` and, with a window, ``p - k < sliding_window``), the dtype's minimum elsewhere.
+    (``k <= p``; with a window, ``p - k < sliding_window``; with an attention chunk, ``p`` and
+    ``k`` in the same chunk of ``attention_chunk`` positions), the dtype's minimum elsewhere.
     Additive floats work for both sdpa and the families' eager attention."""
     q = q_positions.reshape(-1, 1).to(torch.long)
     k = torch.arange(kv_length, device=q.device).reshape(1, -1)
     allowed = k <= q
     if sliding_window is not None:
         allowed &= (q - k) < sliding_window
+    if attention_chunk is not None:
+        allowed &= (q // attention_chunk) == (k // attention_chunk)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=q.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]
+
+
+def attention_chunk_of(config: Any, layer_idx: int | None) -> int | None:
+    """The attention chunk of layer ``layer_idx`` when its type is ``chunked_attention`` (Llama 4:
+    a query sees only keys in its own chunk of ``attention_chunk_size`` positions, a mask the
+    model builds itself and passes no keyword for), else None."""
+    types = getattr(config, "layer_types", None)
+    if layer_idx is None or not isinstance(types, (list, tuple)) or not 0 <= layer_idx < len(types):
+        return None
+    size = getattr(config, "attention_chunk_size", None)
+    return size if types[layer_idx] == "chunked_attention" and isinstance(size, int) else None

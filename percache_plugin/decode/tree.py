@@ -19,8 +19,9 @@ single chain is one such tree, so the plan never expects less than the schedule'
 
 Limits (the loop verifies a single chain instead): the first forward of an answer; caches whose
 layers are not plain ``DynamicLayer`` (sliding windows, quantized or static caches); and the
-engine turns trees off for models with sliding-window attention or an extra mask function
-(``percache_mask_function``), which the explicit 4D mask would bypass.
+engine turns trees off for models with sliding-window or chunked attention (any layer type but
+``full_attention``) or an extra mask function (``percache_mask_function``), which the explicit 4D
+mask would bypass.
 """
 
 from __future__ import annotations
@@ -203,17 +204,21 @@ def keep_path(cache: Any, past: int, path: Sequence[int]) -> None:
 
 
 def tree_model_reason(model: Any) -> str:
-    """Why token trees are not used for ``model`` ("" when they can be): sliding-window
-    attention (an explicit 4D mask replaces the model's window) or no ``position_ids`` argument."""
+    """Why token trees are not used for ``model`` ("" when they can be): sliding-window or
+    chunked attention, or any layer type but ``full_attention`` (an explicit 4D mask replaces the
+    model's own masks), or no ``position_ids`` argument."""
     import inspect
 
     if "position_ids" not in inspect.signature(model.forward).parameters:
         return "the model takes no position_ids"
     cfg = model.config.get_text_config(decoder=True)
-    if getattr(cfg, "sliding_window", None) is not None or "sliding_attention" in (getattr(cfg, "layer_types", None) or ()):
+    kinds = set(getattr(cfg, "layer_types", None) or ()) - {"full_attention"}
+    if getattr(cfg, "sliding_window", None) is not None or "sliding_attention" in kinds:
         return "sliding-window attention"
     if getattr(cfg, "use_sliding_window", False):
         return "sliding-window attention"
+    if kinds:  # chunked attention (Llama 4), or a kind whose mask percache does not build
+        return f"layers of type {', '.join(sorted(map(str, kinds)))}: their mask is the model's own"
     return ""
 
 

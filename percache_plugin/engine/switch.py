@@ -54,7 +54,7 @@ class ModelSwitch:
         if self._probe.recording:  # the check that the hook fires once per layer
             return self._probe.attend(module, query, key, value, attention_mask, kwargs)  # type: ignore[no-any-return]
         assert self._reuse is not None and self._ctx is not None
-        mask = self._reuse.splice_mask(query, key, kwargs)
+        mask = self._reuse.splice_mask(module, query, key, kwargs)
         if mask is not None:
             extra = self.mask_function()
             splice = self._reuse.active_splice

@@ -25,7 +25,7 @@ from percache_plugin.decode.tree import (
     tree_usable,
 )
 from tests.helpers import SEGMENTS, baseline, tiny_pair
-from tests.models import TINY_FAMILIES
+from tests.models import MASK_FAMILIES, TINY_FAMILIES
 
 N = 24
 FREE = (1.0,)
@@ -72,7 +72,8 @@ def test_keep_path_moves_the_walked_nodes_next_to_the_root() -> None:
     assert cache.layers[0].values.flatten().tolist() == [100, 101, 102, 104, 106]
 
 
-@pytest.mark.parametrize("family", TINY_FAMILIES)
+# MASK_FAMILIES: Llama 4's chunked attention, whose mask a tree's 4D mask would replace.
+@pytest.mark.parametrize("family", [*TINY_FAMILIES, *MASK_FAMILIES])
 def test_trees_give_plain_greedy_tokens(family: str) -> None:
     model, tok = tiny_pair(family)
     pc = percache.enable(model, tok, draft_verify_cost=FREE, draft_tree=True)
