@@ -489,15 +489,19 @@ def percache_qa_store(
 
 @hookspec
 def percache_documents_added(ctx: AssistantContext, report: AddReport) -> None:
-    """New documents were indexed, or memory facts added or updated (the memory plugin passes
+    """New documents were indexed, documents were given again or removed (the built-in bank
+    calls it after a removal too: ``report.documents`` 0, the chunks deleted in
+    ``report.replaced_chunks``), or memory facts added or updated (the memory plugin passes
     them as chunks: ``ask()`` retrieves facts beside chunks). Every implementation is called.
 
-    The default marks stale every QA entry whose question now retrieves a new chunk, and every
-    entry of the new chunks' scopes answered under other retrieval settings (its retrieval
-    cannot be reproduced here), and queues their refresh for idle time.
+    The default marks stale every QA entry of the changed scopes whose question now retrieves
+    other chunks than it was answered from (a new chunk, or an old one the change moved into
+    its top-k: BM25 weighs a word by how many chunks hold it), and every entry of those scopes
+    answered under other retrieval settings (its retrieval cannot be reproduced here), and
+    queues their refresh for idle time.
 
     :param ctx: the assistant context.
-    :param report: what was added (``report.new_chunks``).
+    :param report: what changed (``report.new_chunks``, ``report.scopes``).
     """
 
 

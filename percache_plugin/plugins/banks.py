@@ -49,6 +49,7 @@ class KnowledgeRetrieval:
                                        chunk_words=ctx.config.chunk_words)
             self._bank.before_remove = lambda ids: forget_chunks(ctx, ids)
             self._bank.guard = ctx.foreground  # idle work computing from them stops first
+            self._bank.after_remove = lambda report: ctx.hooks.documents_added(ctx, report)
         return self._bank
 
     def set_chunk_words(self, words: int) -> None:
@@ -194,17 +195,16 @@ class QABankPlugin:
 
     @hookimpl(trylast=True)
     def percache_documents_added(self, ctx: AssistantContext, report: AddReport) -> None:
-        if not ctx.config.use_qa_bank or not report.new_chunks:
+        scopes = {c.scope for c in report.new_chunks} | set(report.scopes)
+        if not ctx.config.use_qa_bank or not scopes:
             return
         k = ctx.config.top_k
         bank = self.bank(ctx)
-
-        scopes = {c.scope for c in report.new_chunks}
         current = bank.model()
 
-        def retrieve(question: str, scope: str | None, vector: np.ndarray | None) -> list[str]:
-            if scope not in scopes:  # retrieval never crosses scopes: no new chunk comes back
-                return []
+        def retrieve(question: str, scope: str | None, vector: np.ndarray | None) -> list[str] | None:
+            if scope not in scopes:  # retrieval never crosses scopes: this one did not change
+                return None
             # the question's stored embedding: a bank of questions is not embedded again
             query = ctx.query(question) if vector is None else Query(question, lambda _: vector[None])
             return [c.id for c in ctx.hooks.retrieve(ctx, query, k, scope)]

@@ -20,12 +20,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..filemodes import FILE_MODE, private_dir
+from .add_report import AddReport
 from .chunking import Chunk, Document, as_document, chunk_document
 from .embeddings import Embedder, embed_with_progress
 from .index import HybridIndex
@@ -39,26 +39,6 @@ log = logging.getLogger("percache")
 
 _META = "knowledge.json"
 _DB = "knowledge.sqlite3"
-
-
-@dataclass(frozen=True)
-class AddReport:
-    """What :meth:`KnowledgeBank.add_documents` did.
-
-    :ivar documents: documents received.
-    :ivar new_chunks: chunks that were not in the bank before (embedded and indexed now).
-    :ivar duplicate_chunks: chunks already present (same text in the same scope), skipped.
-    :ivar replaced_chunks: ids of the chunks removed because a document given again with the
-        same id and scope no longer has them (its text changed, or the chunk size did).
-    :ivar relabelled_chunks: ids of chunks kept under another document (a paragraph passed to
-        another holder), at another position or with other metadata (a document given again).
-    """
-
-    documents: int
-    new_chunks: tuple[Chunk, ...]
-    duplicate_chunks: int
-    replaced_chunks: tuple[str, ...] = ()
-    relabelled_chunks: tuple[str, ...] = ()
 
 
 class KnowledgeBank:
@@ -78,6 +58,9 @@ class KnowledgeBank:
     :ivar guard: entered around :meth:`remove_document` and :meth:`remove_chunks`, before the
         bank's own lock (a handle's bank: preempts its idle work and holds its engine, so no idle
         task stores what it computed from the chunks after they are forgotten).
+    :ivar after_remove: called with what a removal did (``replaced_chunks``: the chunks deleted;
+        ``scopes``: theirs), once they are gone (a handle's bank marks stale the answers whose
+        questions retrieve other chunks since).
     """
 
     def __init__(self, directory: Path | None, embedder: Embedder, *, chunk_words: int = 100,
@@ -89,6 +72,7 @@ class KnowledgeBank:
         self.repairs: Counter[str] = Counter()
         self.before_remove: Callable[[frozenset[str]], object] = lambda ids: None
         self.guard: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+        self.after_remove: Callable[[AddReport], object] = lambda report: None
         self._lock = threading.RLock()
         self._unsaved = 0
         self._generation = -1
@@ -261,8 +245,9 @@ class KnowledgeBank:
                 self._sync()
                 self._save(force=bool(replaced))  # the last snapshot holds the replaced text
                 self._write_meta()
+            scopes = {c.scope for c in new} | ({d.scope for d in documents} if replaced else set())
             return AddReport(len(documents), tuple(new), len(chunks) - len(new), tuple(replaced),
-                             tuple(relabelled))
+                             tuple(relabelled), tuple(scopes))
 
     def retrieve(self, query: str, k: int = 3, *, scope: str | None = None,
                  query_embedding: np.ndarray | None = None) -> list[Chunk]:
@@ -307,6 +292,8 @@ class KnowledgeBank:
                 self._sync()
                 self._save(force=bool(gone))  # the last snapshot holds the removed text
                 self._write_meta()
+            if gone:
+                self.after_remove(AddReport(0, (), 0, tuple(gone), scopes=(scope,)))
             return tuple(gone)
 
     def document_scopes(self, doc_id: str) -> set[str | None]:
@@ -324,10 +311,14 @@ class KnowledgeBank:
         ids = frozenset(chunk_ids)
         with self.guard(), self._lock:
             self.before_remove(ids)
+            self._sync()
+            scopes = {self._index.chunk(i).scope for i in ids if i in self._index}
             removed = self._rows.delete(ids)
             self._sync()
             self._unsaved += removed
             self._save(force=True)  # the last snapshot holds the removed text
+            if removed:
+                self.after_remove(AddReport(0, (), 0, tuple(sorted(ids)), scopes=tuple(scopes)))
             return removed
 
     def close(self) -> None:

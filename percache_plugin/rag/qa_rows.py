@@ -91,6 +91,14 @@ def _sources(text: object) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _readable_sources(text: object) -> tuple[str, ...]:
+    """The sources, or none when the row's are unreadable (then no retrieval matches them)."""
+    try:
+        return _sources(text)
+    except ValueError:
+        return ()
+
+
 def _entry(row: tuple[object, ...]) -> QAEntry:
     (entry_id, question, answer, scope, sources, stale, hits, created, last, origin, nbytes, model,
      tokens, ended) = row
@@ -243,10 +251,12 @@ class QARows(Database):
                 out.append(entry)
         return out
 
-    def fresh(self) -> list[tuple[int, str, str | None, str, bytes]]:
-        return self.db.execute(
-            "SELECT id, question, scope, model, vector FROM qa_entries WHERE stale = 0 ORDER BY id"
+    def fresh(self) -> list[tuple[int, str, str | None, str, bytes, tuple[str, ...]]]:
+        """The entries served: id, question, scope, model, question vector, sources."""
+        rows = self.db.execute(
+            "SELECT id, question, scope, model, vector, sources FROM qa_entries WHERE stale = 0 ORDER BY id"
         ).fetchall()
+        return [(*row[:5], _readable_sources(row[5])) for row in rows]
 
     def victims(self, total: int, limit: int | None, protect: int | None) -> list[int]:
         """LFU order: fewest hits, then least recently served, then oldest."""

@@ -278,33 +278,35 @@ class QABankBase:
     def mark_stale_for(
         self,
         new_chunk_ids: Iterable[str],
-        retrieve: Callable[[str, str | None, np.ndarray | None], Sequence[str]],
+        retrieve: Callable[[str, str | None, np.ndarray | None], Sequence[str] | None],
         cannot_tell: Callable[[str, str | None], bool] | None = None,
     ) -> list[int]:
-        """Mark stale every fresh entry whose question now retrieves one of the new chunks.
+        """Mark stale every fresh entry whose question now retrieves other chunks than those it
+        was answered from: one of the new chunks, or an old chunk that the documents added or
+        removed moved into its top-k (BM25 weighs a word by how many chunks hold it, so a
+        change elsewhere in the scope reorders chunks it did not touch).
 
         ``retrieve(question, scope, vector)`` must return the chunk ids of the question's top-k
-        as the knowledge bank retrieves them now (new chunks included); ``vector`` is the
-        question's stored embedding (None when unreadable), so questions need not be embedded
-        again. It is called once per fresh entry, outside the bank's lock. ``cannot_tell(model,
-        scope)``: True for an entry whose retrieval ``retrieve`` does not reproduce (answered
-        under other retrieval settings, ``model``); it is marked stale without retrieval.
-        Returns the ids marked stale.
+        as the knowledge bank retrieves them now (new chunks included), or None for an entry
+        the change cannot affect (another scope); ``vector`` is the question's stored embedding
+        (None when unreadable), so questions need not be embedded again. It is called once per
+        fresh entry, outside the bank's lock. ``cannot_tell(model, scope)``: True for an entry
+        whose retrieval ``retrieve`` does not reproduce (answered under other retrieval
+        settings, ``model``); it is marked stale without retrieval. Returns the ids marked stale.
         """
         new = set(check_ids(new_chunk_ids, "new_chunk_ids"))
-        if not new:
-            return []
         with self._lock:
             self._sync()
             fresh = self._rows.fresh()
         dim = self._rows.dim
         hit = []
-        for entry_id, q, scope, model, blob in fresh:
+        for entry_id, q, scope, model, blob, sources in fresh:
             if cannot_tell is not None and cannot_tell(model, scope):
                 hit.append(entry_id)
                 continue
             vector = np.frombuffer(blob, dtype=np.float32) if isinstance(blob, bytes) else None
-            if new.intersection(retrieve(q, scope, vector if vector is not None and vector.size == dim else None)):
+            now = retrieve(q, scope, vector if vector is not None and vector.size == dim else None)
+            if now is not None and (new.intersection(now) or set(now) != set(sources)):
                 hit.append(entry_id)
         return self.mark_stale(hit)
 

@@ -127,14 +127,14 @@ def test_lower_candidate_is_served_when_the_best_fails_a_guard(bank: QABank) -> 
 
 def test_mark_stale_for_new_chunks(bank: QABank) -> None:
     a = bank.add(Q1, "Thursday.", scope="alice", sources=["c1"])
-    b = bank.add(Q2, "Ana.", scope="bob", sources=["c2"])
+    b = bank.add(Q2, "Ana.", scope="bob", sources=["c2", "c9"])
     calls: list[tuple[str, str | None]] = []
 
     def retrieve(question: str, scope: str | None, vector: np.ndarray | None) -> list[str]:
         calls.append((question, scope))
         own = HashEmbedder(512).embed([question])[0]  # the stored vector: the question's, unit length
         assert vector is not None and float(vector @ own) == pytest.approx(float(np.linalg.norm(own)), rel=1e-5)
-        return ["new-1", "c1"] if question == Q1 else ["c2", "c9"]
+        return ["new-1", "c1"] if question == Q1 else ["c9", "c2"]
 
     assert bank.mark_stale_for(["new-1", "new-2"], retrieve) == [a.id]
     assert sorted(calls) == sorted([(Q1, "alice"), (Q2, "bob")])
@@ -147,7 +147,17 @@ def test_mark_stale_for_new_chunks(bank: QABank) -> None:
     refreshed = bank.add(Q1, "Friday now.", scope="alice", sources=["new-1"])
     assert refreshed.id == a.id and not refreshed.stale
     assert bank.lookup(Q1, tau=0.9, scope="alice").match.entry.answer == "Friday now."  # type: ignore[union-attr]
-    assert bank.mark_stale_for([], retrieve) == []
+    assert bank.mark_stale_for([], retrieve) == [a.id]  # retrieves new-1 and c1, answered from new-1
+
+
+def test_mark_stale_for_an_old_chunk_moved_into_the_top_k(bank: QABank) -> None:
+    # a change elsewhere in the scope reweighs BM25: the top-k holds another old chunk now
+    a = bank.add(Q1, "Thursday.", scope="alice", sources=["c1", "c2"])
+    b = bank.add(Q2, "Ana.", scope="bob", sources=["c3"])
+    moved = {Q1: ["c2", "c4"], Q2: None}  # None: bob's scope did not change
+    assert bank.mark_stale_for([], lambda q, s, v: moved[q]) == [a.id]
+    assert bank.mark_stale_for(["c9"], lambda q, s, v: ["c3"]) == []  # the same chunks, none new
+    assert [e.id for e in bank.entries(stale=False)] == [b.id]
 
 
 def test_identical_question_replaces_the_answer_in_its_scope_only(bank: QABank) -> None:
@@ -219,7 +229,7 @@ def test_persistence_reopens_without_re_embedding(tmp_path: Path) -> None:
         b = bank.add(Q2, "Ana.")
         bank.add(Q3, None)
         bank.lookup(Q1, tau=0.9, scope="alice")
-        bank.mark_stale_for(["c2"], lambda q, s, v: ["c2"] if q == Q2 else [])
+        bank.mark_stale_for(["c2"], lambda q, s, v: ["c2"] if q == Q2 else None)
     assert first.seen == [Q1, Q2, Q3, Q1]
     again = CountingEmbedder()
     with QABank(db, again) as bank:
