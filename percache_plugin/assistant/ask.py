@@ -97,7 +97,8 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     sources = tuple(c.id for c in ordered)
     generate_kwargs.setdefault("do_sample", False)
     shared = a.engine.store.path is not None  # other handles or processes may change the documents
-    known = _resolvable(a, ordered) if shared else []
+    # Another thread, handle or process may remove or forget a source while this one generates.
+    known = _resolvable(a, ordered)
     if a.config.drafting and "drafts" not in generate_kwargs:
         generate_kwargs["drafts"] = qa_drafts(a, query, scope)
     gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
@@ -106,16 +107,17 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     ending = (_not_greedy(a, generate_kwargs) or inexact_kwargs(generate_kwargs)
               or _ending(a, gen.token_ids, generate_kwargs))
     if isinstance(ending, str):
+        with best_effort("dropping what was built on sources gone meanwhile", a.engine.stats(), gen.stats):
+            _drop_gone(a, known)  # the K/V the request stored for them
         return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                       not_stored=ending)
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
         a.hooks.qa_store(a.ctx, query, text, scope, sources, origin, ending)
-        # On a store on disk another handle or process may have replaced a source meanwhile
-        # and deleted the answers built on it before this one was stored: drop them now (after
-        # the store, so either this check or that deletion sees the answer).
-        gone = [c.id for c in known if c not in _resolvable(a, [c])]
+        # Another thread, handle or process may have replaced or forgotten a source meanwhile
+        # and deleted the answers (and K/V) built on it before this one was stored: drop them
+        # now (after the store, so either this check or that deletion sees the answer).
+        gone = _drop_gone(a, known)
         if gone:
-            a.hooks.sources_forgotten(a.ctx, gone)
             return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                           not_stored=f"its sources changed while it was generated: {', '.join(gone)}")
         if shared and _retrieval_moved(a, query, scope, text, sources):
@@ -127,6 +129,15 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
                      "; ".join(unsupported))
     return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                   unsupported=unsupported)
+
+
+def _drop_gone(a: Assistant, known: Sequence[Chunk]) -> list[str]:
+    """The ids of ``known`` that no longer resolve to the same text; what was built on them
+    goes (hook ``percache_sources_forgotten``)."""
+    gone = [c.id for c in known if c not in _resolvable(a, [c])]
+    if gone:
+        a.hooks.sources_forgotten(a.ctx, gone)
+    return gone
 
 
 def _resolvable(a: Assistant, chunks: Sequence[Chunk]) -> list[Chunk]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..hooks.contexts import AssistantContext
@@ -123,6 +124,8 @@ class Memory:
         self._drop_derived(old)
         for fn in self.updated:
             fn(fact_id)
+        # the K/V of the old text a chat turn in flight stored after the drop (as for forget)
+        drop_kv([self._ctx.engine.store], fact_id, set(), old.text, self._token_ids)
         return fact
 
     def history(self, fact_id: str) -> builtins.list[HistoryEvent]:
@@ -138,7 +141,10 @@ class Memory:
                                    self._token_ids)
         for fn in self.forgotten:
             fn(fact_id)
-        return report
+        # A chat turn that recalled the fact before its rows went stored the fact's K/V after
+        # the drop above; the sessions' listeners waited for it to end (the session's lock).
+        late = drop_kv(stores, fact_id, set(), None, None)
+        return replace(report, kv_nodes=report.kv_nodes + late)
 
     def forget_session(self, session: str) -> builtins.list[str]:
         """What memory drew from a deleted session: its turns queued for extraction leave the idle

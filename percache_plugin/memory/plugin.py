@@ -19,6 +19,7 @@ from ..hooks.specs import hookimpl
 from ..kv.store import DB_NAME
 from ..rag.knowledge import AddReport
 from .bank import AddResult, MemoryBank, fact_chunk
+from .forget import drop_kv
 from .idle import EXTRACT_KIND, ExtractionStats, extraction_runner
 from .recall import RecallGuard, select
 
@@ -87,6 +88,16 @@ class MemoryPlugin:
                 return None
             facts.append(fact_chunk(fact))
         return facts
+
+    @hookimpl
+    def percache_sources_forgotten(self, ctx: AssistantContext, ids: Sequence[str]) -> int | None:
+        """A request that retrieved a fact forgotten while it ran stored the fact's K/V after
+        ``forget`` deleted it: delete it too (counts no answers)."""
+        if self._bank is not None:
+            for fact_id in ids:
+                if self._bank.tombstoned(fact_id):
+                    drop_kv([ctx.engine.store], fact_id, set(), None, None)
+        return None
 
     @hookimpl
     def percache_register_idle_tasks(self, register: Callable[[str, Any], None]) -> None:

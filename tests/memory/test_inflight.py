@@ -1,0 +1,105 @@
+"""A fact forgotten while a request that recalled it is running: nothing that request builds on
+the fact outlives the forget (its K/V, its stored answer)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import percache_plugin as percache
+from tests.helpers import tiny_pair
+
+SECRET = "Zorblax the locker code is 4417 quartz"
+ASK = "What is the Zorblax locker code?"
+
+
+class Pause:
+    """A streamer that holds the generation at its first token until ``go`` is set."""
+
+    def __init__(self) -> None:
+        self.paused, self.go = threading.Event(), threading.Event()
+
+    def put(self, value: Any) -> None:
+        if not self.paused.is_set():
+            self.paused.set()
+            assert self.go.wait(30)
+
+    def end(self) -> None:
+        pass
+
+
+def _forget_while_running(pc: Any, fact_id: str, request: Callable[[Pause], Any]) -> tuple[Any, Any]:
+    """Run ``request`` in a thread and forget ``fact_id`` while it generates: the fact's rows,
+    K/V and answers go, then the forget waits for the request to end (the sessions' listeners
+    take the engine's lock)."""
+    pause, out = Pause(), {}
+    reached = threading.Event()
+    pc.memory.forgotten.insert(0, lambda _: reached.set())  # the rows and K/V are gone by then
+    worker = threading.Thread(target=lambda: out.setdefault("reply", request(pause)))
+    worker.start()
+    assert pause.paused.wait(30)
+    forget = threading.Thread(target=lambda: out.setdefault("report", pc.memory.forget(fact_id)))
+    forget.start()
+    assert reached.wait(30)
+    pause.go.set()
+    worker.join(30)
+    forget.join(30)
+    return out["reply"], out["report"]
+
+
+def _fact_nodes(pc: Any, fact_id: str) -> list[str]:
+    return [n.key for n in pc.store.nodes() if n.extra.get("chunk") == fact_id]
+
+
+def test_a_spliced_fact_forgotten_during_the_turn_that_recalled_it_keeps_no_kv(tmp_path: Path) -> None:
+    pc = percache.enable(*tiny_pair("llama"), store=tmp_path, embedder="hash", predict="off", memory_recall=True,
+                         memory_threshold=0.0, memory_recall_mode="splice")
+    try:
+        fact = pc.memory.add(SECRET, scope="me").fact
+        pc.memory.add("Zorblax owns a red bicycle", scope="me")
+        pc.memory.add("Bob repairs old radios", scope="me")
+        pc.sessions.create("s", system="Be brief.")
+        reply, report = _forget_while_running(pc, fact.id, lambda pause: pc.chat(
+            ASK, session="s", memory_scope="me", max_new_tokens=3, streamer=pause))
+        assert fact.id in reply.stats.fact_ids and reply.stats.memory_facts_stored >= 1
+        assert report.kv_nodes >= 1  # the K/V the turn stored after the rows went
+        assert _fact_nodes(pc, fact.id) == []
+        assert fact.id not in [f.fact_id for f in pc.sessions.get("s").memory]
+    finally:
+        pc.close()
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_an_answer_built_on_a_fact_forgotten_while_it_was_generated_is_not_served(
+        tmp_path: Path, on_disk: bool) -> None:
+    pc = percache.enable(*tiny_pair("llama"), store=tmp_path if on_disk else None, embedder="hash",
+                         answer_grounding=False, predict="off", relevance_threshold=None, memory_threshold=0.0)
+    try:
+        fact = pc.memory.add(SECRET, scope="me").fact
+        pc.memory.add("Zorblax owns a red bicycle", scope="me")
+        answer, _ = _forget_while_running(pc, fact.id, lambda pause: pc.ask(
+            ASK, scope="me", max_new_tokens=3, streamer=pause))
+        assert fact.id in answer.sources and fact.id in answer.not_stored
+        again = pc.ask(ASK, scope="me", max_new_tokens=3)
+        assert again.source == "generated" and fact.id not in again.sources
+        assert _fact_nodes(pc, fact.id) == []
+    finally:
+        pc.close()
+
+
+def test_a_sampled_answer_on_a_fact_forgotten_while_it_ran_leaves_no_kv(tmp_path: Path) -> None:
+    pc = percache.enable(*tiny_pair("llama"), store=tmp_path, embedder="hash", answer_grounding=False,
+                         predict="off", relevance_threshold=None, memory_threshold=0.0)
+    try:
+        fact = pc.memory.add(SECRET, scope="me").fact
+        pc.memory.add("Zorblax owns a red bicycle", scope="me")
+        answer, _ = _forget_while_running(pc, fact.id, lambda pause: pc.ask(
+            ASK, scope="me", max_new_tokens=3, do_sample=True, streamer=pause))
+        assert fact.id in answer.sources and answer.not_stored  # a sample is never stored
+        assert _fact_nodes(pc, fact.id) == []
+    finally:
+        pc.close()
