@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .decode import context_limit
+from .decode import context_limit, context_note
 from .decode.chunked import StopCheck
 from .kv.cache import empty_cache, wait_layers
 from .kv.layer_read import CorruptLayerError
@@ -62,7 +62,7 @@ def check_length(model: Any, prompt: Prompt, max_new: int) -> None:
     if limit is not None and prompt.n_tokens + max_new > limit:
         raise ValueError(
             f"prompt of {prompt.n_tokens} tokens plus max_new_tokens={max_new} exceeds the "
-            f"model's context of {limit} tokens"
+            f"model's context of {limit} tokens{context_note(model)}"
         )
 
 

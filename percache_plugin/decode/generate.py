@@ -20,7 +20,8 @@ from ..segments import Prompt
 from ..stats import Generation, GenerationStats
 from .verify import DraftedDecoding
 
-__all__ = ["CONTEXT_ATTRS", "context_limit", "dtype_device", "greedy_reason", "run_generate"]
+__all__ = ["CONTEXT_ATTRS", "context_limit", "context_note", "dtype_device", "greedy_reason",
+           "longrope_limit", "run_generate"]
 
 
 class _PreemptCheck(StoppingCriteria):
@@ -60,9 +61,9 @@ CONTEXT_ATTRS = ("max_position_embeddings", "n_positions", "max_sequence_length"
 def context_limit(model: Any) -> int | None:
     """The model's context length in tokens where its config names one: the smallest of the
     :data:`CONTEXT_ATTRS` it has (a config may carry a generic field beside its own, smaller
-    one, as MPT does with ``max_seq_len``)."""
+    one, as MPT does with ``max_seq_len``), and of :func:`longrope_limit`."""
     cfg = model.config.get_text_config(decoder=True)
-    found = []
+    found = [limit] if (limit := longrope_limit(model)) is not None else []
     for attr in CONTEXT_ATTRS:
         try:
             value = getattr(cfg, attr, None)
@@ -71,6 +72,33 @@ def context_limit(model: Any) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             found.append(value)
     return min(found, default=None)
+
+
+def longrope_limit(model: Any) -> int | None:
+    """``original_max_position_embeddings`` of a longrope model (Phi-3 and Phi-3.5 128k, Phi-4
+    mini): past it, every forward whose positions reach beyond it rotates all its positions with
+    the long factors instead of the short ones, so the K/V of a prompt depends on the length of
+    the prompt it was computed in, and K/V reused from a shorter (or longer) one differs from
+    plain generate's; percache takes it as the context. None for other RoPE types."""
+    cfg = model.config.get_text_config(decoder=True)
+    params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None)
+    if not isinstance(params, dict):
+        return None
+    nested = [v for v in params.values() if isinstance(v, dict)]  # one set per layer type
+    limits = [p.get("original_max_position_embeddings") for p in (nested or [params])
+              if p.get("rope_type", p.get("type")) == "longrope"]
+    return min((n for n in limits if isinstance(n, int) and n > 0), default=None)
+
+
+def context_note(model: Any) -> str:
+    """Why the context :func:`context_limit` gives is shorter than the config's ("" if it is
+    not): a longrope model is limited to its original context."""
+    limit = longrope_limit(model)
+    if limit is None:
+        return ""
+    return (f" (longrope: past original_max_position_embeddings={limit} the model rotates every "
+            "position with its long factors, so K/V computed for a shorter prompt would not be "
+            "plain generate's; percache serves only the original context)")
 
 
 def dtype_device(model: Any) -> tuple[torch.dtype, torch.device]:

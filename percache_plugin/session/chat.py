@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import DynamicCache
 
-from ..decode import DraftHints, context_limit, run_generate
+from ..decode import DraftHints, context_limit, context_note, run_generate
 from ..decode.sources import SESSION
 from ..segments import Prompt, PromptPiece, Segment
 from .blocks import extend_from_blocks, publish_blocks
@@ -56,7 +56,7 @@ class ChatRunner:
         if limit is not None and session.turns_start + need > limit:
             raise MessageTooLong(
                 f"message of {len(turn_ids)} tokens plus max_new_tokens={max_new} exceeds the "
-                f"model's context of {limit} tokens")
+                f"model's context of {limit} tokens{context_note(self.engine.model)}")
 
     def _follow_layout(self, session: Session) -> None:
         """A session that never had a turn starts with the head and glue of the layout in use
