@@ -60,6 +60,7 @@ EXACT_KWARGS: tuple[ExactKwarg, ...] = (
     ExactKwarg("top_k", _SAMPLING),
     ExactKwarg("min_p", _SAMPLING),
     ExactKwarg("typical_p", _SAMPLING),
+    ExactKwarg("seed", _SAMPLING),
     ExactKwarg("num_beams", "1 is greedy decoding; beam search gives other tokens",
                lambda v: v in (None, 1)),
     ExactKwarg("stopping_criteria", "ends an answer early only: an answer it cut is not stored "

@@ -135,10 +135,8 @@ def _predict(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     max_new = min(c.ctx.config.background_max_new_tokens * 2, 16 * n + 8)  # ~16 tokens a question
     stop = StoppingCriteriaList([_StopAtBlankLine(c.tokenizer)])
     if sample:  # each round samples differently (seeded, so runs repeat)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(round_seed(task, source))
-            gen = c.generate(segments, max_new_tokens=max_new, do_sample=True,
-                                    temperature=0.8, top_p=0.95, stopping_criteria=stop)
+        gen = c.generate(segments, max_new_tokens=max_new, do_sample=True, temperature=0.8,
+                         top_p=0.95, stopping_criteria=stop, seed=round_seed(task, source))
     else:
         gen = c.generate(segments, max_new_tokens=max_new, do_sample=False,
                                 stopping_criteria=stop)

@@ -23,6 +23,7 @@ from ..core.capabilities import Capabilities
 from ..core.preemption import Preempted, Preemption
 from ..decode import AcceptanceHistory, DraftedDecoding, DraftHints, run_generate
 from ..decode.chunked import StopCheck, interrupt_check, prefill_rest
+from ..decode.seeded import seeded
 from ..decode.sources import with_prediction
 from ..decode.stored_cost import CurveLookup
 from ..fingerprint import ModelFingerprint
@@ -183,7 +184,8 @@ class Engine:
         return self.hooks.build_prompt(self.ctx, normalize_segments(segments))
 
     def generate(self, segments: Sequence[str | Segment] | Prompt, *, drafts: DraftHints | None = None,
-                 prediction: str | None = None, **generate_kwargs: Any) -> Generation:
+                 prediction: str | None = None, seed: int | None = None,
+                 **generate_kwargs: Any) -> Generation:
         """Generate from ``[system, chunk, ..., query]`` (or a :class:`Prompt` already built,
         e.g. by :func:`~percache_plugin.kv.blocks.block_prompt`) reusing stored chunk K/V.
 
@@ -193,10 +195,12 @@ class Engine:
         ``prediction``: text the answer is expected to repeat much of (OpenAI's predicted
         outputs), drafted from as source ``"prediction"``; verified like every draft, so the
         tokens are those without it. Sampling ignores it. ``stats.accepted_by_source`` /
-        ``drafted_by_source`` say how much of it was kept.
+        ``drafted_by_source`` say how much of it was kept. ``seed``: sampling repeats for the
+        same seed whatever ran before, and leaves the process's random state as it was
+        (:func:`~percache_plugin.decode.seeded.seeded`, under the model's lock).
         """
         drafts = with_prediction(drafts, prediction)
-        with self.preemption.foreground(self.lock):
+        with self.preemption.foreground(self.lock), seeded(seed):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
             return recompute_on_corrupt(lambda n: self._generate(segments, drafts, generate_kwargs, t0, n), generate_kwargs)

@@ -80,7 +80,7 @@ FIELDS: tuple[FieldRule, ...] = (
                                  "values overflow the sampler: refused)", _ALL),
     FieldRule("top_p", _I, "nucleus sampling; 0 keeps the top token", _ALL),
     FieldRule("stop", _I, "up to 4 non-empty sequences; the text is cut before the first", _OPENAI),
-    FieldRule("seed", _I, "torch.manual_seed before sampling", _ALL),
+    FieldRule("seed", _I, "seeds this request's sampling alone (Engine.generate(seed=...))", _ALL),
     FieldRule("stream", _I, "server-sent events", _ALL),
     FieldRule("stream_options", _I, "include_usage: a last chunk with usage "
                                     "(include_obfuscation is ignored: no padding is sent)", _OPENAI),

@@ -105,8 +105,6 @@ def run_ids(pc: Any, ids: Sequence[int], scope: str | None, sampling: Sampling, 
     greedy decoding drafts from ``prediction`` (verified: the same tokens as without it)."""
     if stream.cancelled:
         return _cancelled(len(ids), queue_s, arrived)
-    if sampling.seed is not None:
-        torch.manual_seed(sampling.seed)
     kwargs = {"max_new_tokens": max_new, "stopping_criteria": [stream], **sampling.generate_kwargs()}
     if prediction:
         kwargs["prediction"] = prediction
@@ -134,8 +132,6 @@ def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_n
     bank (see :class:`_StopOnCancel`)."""
     if stream.cancelled:
         return _cancelled(0, queue_s, arrived)
-    if sampling.seed is not None:
-        torch.manual_seed(sampling.seed)
     kwargs = {"max_new_tokens": max_new, **sampling.generate_kwargs()}
     # the stream's prompt mark first: it only watches; a penalty after it edits the scores and
     # keeps the request away from the QA bank (assistant/exact_kwargs.py)

@@ -52,9 +52,10 @@ class Sampling:
     """``(token id, bias)`` pairs, the non-zero biases only."""
 
     def generate_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``model.generate`` (``max_new_tokens`` is set by the caller).
+        """Keyword arguments for ``Engine.generate`` (``max_new_tokens`` is set by the caller).
         A penalty or bias is passed only when it is on: ``pc.ask`` keeps using the QA bank
-        without one (``assistant/exact_kwargs.py``), and refuses it to a request with one."""
+        without one (``assistant/exact_kwargs.py``), and refuses it to a request with one.
+        ``seed`` seeds this request's sampling alone (``decode/seeded.py``)."""
         kwargs: dict[str, Any] = {"do_sample": False}
         if self.temperature != 0:
             kwargs = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p,
@@ -66,6 +67,8 @@ class Sampling:
             processors.append(OpenAIPenalties(self.presence_penalty, self.frequency_penalty))
         if processors:
             kwargs["logits_processor"] = processors
+        if self.seed is not None:
+            kwargs["seed"] = self.seed
         return kwargs
 
 
