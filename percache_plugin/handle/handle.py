@@ -10,7 +10,6 @@ from typing import Any
 
 from ..assistant import Answer, Assistant
 from ..assistant.worker import IdleWorker
-from ..best_effort import best_effort
 from ..config import Config
 from ..core.debuglog import ensure_handler
 from ..decode.calibrate import MEASURE_DEFAULTS
@@ -116,12 +115,8 @@ class PerCache(HandleParts):
         :raises UnknownPersona: no persona ``persona``.
         :raises MessageTooLong: the message and ``max_new_tokens`` exceed ``session_kv_tokens``
             or the model's context."""
-        reply = self.sessions.chat(message, session, memory_scope=memory_scope, persona=persona,
-                                   **generate_kwargs)
-        # the turn is generated and saved: a failed queue write costs its extraction, not the reply
-        with best_effort("queueing the turn for memory extraction", self.engine.stats(), reply.stats):
-            self.memory.after_turn(session, message, reply, memory_scope)
-        return reply
+        return self.sessions.chat(message, session, memory_scope=memory_scope, persona=persona,
+                                  **generate_kwargs)
 
     @property
     def personas(self) -> Personas:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..best_effort import best_effort
 from ..cache_arg import cache_kw
 from ..config import Config
 from ..decode import dtype_device
@@ -44,7 +45,7 @@ from ..segments import PromptPiece, Segment
 from .blocks import drop_blocks, exact_tokens
 from .persist import SessionStore
 from .recalled import cut_at, without_recalled
-from .reply import ChatStats
+from .reply import ChatStats, Reply
 from .state import RegionFact, Session, cache_tokens
 
 if TYPE_CHECKING:
@@ -109,6 +110,16 @@ class RegionMemory:
 
     recall: Callable[[str, str | None], list[tuple[str, str]]] | None = None
     current: Current = field(default=lambda fact_id: None)
+    # ``after_turn(session, message, reply, scope)``: queue the turn for extraction
+    after_turn: Callable[[str, str, Reply, str | None], object] | None = None
+
+    def turn_done(self, engine: Engine, session: str, message: str, reply: Reply, scope: str | None) -> None:
+        """Queue the turn for extraction, called holding the session's lock: a delete of the
+        session waits for it, then drops it from the queue (queued after the delete, its facts
+        would come back). Best effort: the reply stands, ``reply.stats.store_errors`` counts it."""
+        if self.after_turn is not None:
+            with best_effort("queueing the turn for memory extraction", engine.stats(), reply.stats):
+                self.after_turn(session, message, reply, scope)
 
     def turn(self, session: Session, message: str, scope: str | None, stats: ChatStats,
              engine: Engine) -> tuple[str, list[RegionFact] | None]:

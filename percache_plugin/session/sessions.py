@@ -261,6 +261,7 @@ class Sessions:
     def attach_memory(self, memory: Any) -> None:
         """Recall facts from ``memory`` (``pc.memory``) and take the facts it forgets out of sessions."""
         self.memory.recall, self.memory.current = memory.recall, memory.current
+        self.memory.after_turn = memory.after_turn
         self.deleted.append(memory.forget_session)
         memory.forgotten.append(self.forget_fact)
         memory.forgotten.append(self.log.forget_fact)  # no hash of a context that held the fact
@@ -297,6 +298,7 @@ class Sessions:
                         self._personas.snapshot(state, stats)
                     self._save(state, reply)
                     log_turn(self.log, engine, state, reply)
+                    self.memory.turn_done(engine, session, message, reply, memory_scope)
                 return reply
 
     def _load_under(self, persona: str, name: str) -> None:

@@ -1,5 +1,6 @@
 """A fact forgotten while a request that recalled it is running: nothing that request builds on
-the fact outlives the forget (its K/V, its stored answer)."""
+the fact outlives the forget (its K/V, its stored answer). A session deleted as its turn ends:
+the turn is not extracted afterwards."""
 
 from __future__ import annotations
 
@@ -101,5 +102,30 @@ def test_a_sampled_answer_on_a_fact_forgotten_while_it_ran_leaves_no_kv(tmp_path
             ASK, scope="me", max_new_tokens=3, do_sample=True, streamer=pause))
         assert fact.id in answer.sources and answer.not_stored  # a sample is never stored
         assert _fact_nodes(pc, fact.id) == []
+    finally:
+        pc.close()
+
+
+def test_a_session_deleted_as_its_turn_ends_is_not_extracted_afterwards(tmp_path: Path) -> None:
+    pc = percache.enable(*tiny_pair("llama"), store=tmp_path, embedder="hash", predict="off",
+                         memory_extraction="raw", prediction_quiet_s=0.0)
+    try:
+        pc.sessions.create("gone")
+        queue = pc.memory.after_turn
+        deleting = threading.Thread(target=pc.sessions.delete, args=("gone",))
+
+        def delete_first(*args: Any) -> None:
+            """The delete is asked for just before the turn is queued (and ends first unless
+            the turn holds the session's lock while it queues)."""
+            deleting.start()
+            deleting.join(1.0)
+            queue(*args)
+
+        pc.memory.after_turn = pc.sessions.memory.after_turn = delete_first  # type: ignore[method-assign]
+        pc.chat("My vault combination is 8812 obsidian.", session="gone", max_new_tokens=2)
+        deleting.join(30)
+        pc.idle()
+        assert pc.sessions.names() == ["default"]
+        assert [f.text for s in pc.memory.scopes() for f in pc.memory.list(s)] == []
     finally:
         pc.close()
