@@ -45,7 +45,7 @@ class PerCache(HandleParts):
         self.engine = Engine(model, tokenizer, store, config, plugins)
         self.assistant = Assistant(self.engine)
         self.sessions = Sessions(self.engine, self.engine.ctx.use_template)
-        self.memory = Memory(self.assistant.ctx, self._memory_plugin, self.engine.tokenizer, self.engine.stores)
+        self.memory = Memory(self.assistant.ctx, self._memory_plugin, self.engine.tokenizer)
         self.sessions.attach_memory(self.memory)
         if config.debug_log:
             ensure_handler()

@@ -16,7 +16,6 @@ from dataclasses import replace
 from typing import Any
 
 from ..hooks.contexts import AssistantContext
-from ..kv.stores import FingerprintStores
 from .bank import AddResult, FactHit, MemoryBank
 from .forget import ForgetReport, drop_kv, forget_everywhere
 from .idle import ExtractionStats, queue_turns
@@ -32,11 +31,10 @@ class Memory:
     unscoped memory) and never reads another scope."""
 
     def __init__(self, ctx: AssistantContext, plugin: Callable[[], MemoryPlugin | None],
-                 tokenizer: Any, stores: FingerprintStores | None = None) -> None:
+                 tokenizer: Any) -> None:
         self._ctx = ctx
         self._plugin = plugin
         self._tokenizer = tokenizer
-        self._stores = stores  # forget cleans every fingerprint's K/V (None: the weights in use)
         # called with a forgotten fact's id (the handle's: take it out of the sessions' regions)
         self.forgotten: list[Callable[[str], object]] = []
         # called with an updated fact's id (the handle's: take its old text out of chat turns)
@@ -135,8 +133,7 @@ class Memory:
         """Remove the fact everywhere (see the module docstring); only its id remains, as a
         tombstone (``get`` then raises ``UnknownFact`` saying it was forgotten). Forgetting a
         tombstoned id again cleans whatever an interrupted forget left."""
-        engine = self._ctx.engine
-        stores = [engine.store] if self._stores is None else self._stores.every(engine.fingerprint, engine.config)
+        stores = self._ctx.engine.every_store()  # every fingerprint's K/V, as removing a source
         report = forget_everywhere(self.bank, fact_id, stores, self._drop_answers,
                                    self._token_ids)
         for fn in self.forgotten:
