@@ -12,6 +12,7 @@ import numpy as np
 
 from ..best_effort import best_effort
 from ..decode.sources import QA_BANK, DraftHints
+from ..plugins.removal import forget_chunks
 from ..rag.embeddings import DEFAULT_MODEL_NAME
 from ..rag.qa_length import AnswerTokens, served_ids
 from ..segments import Segment
@@ -133,10 +134,11 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
 
 def _drop_gone(a: Assistant, known: Sequence[Chunk]) -> list[str]:
     """The ids of ``known`` that no longer resolve to the same text; what was built on them
-    goes (hook ``percache_sources_forgotten``)."""
+    goes (``plugins.removal.forget_chunks``: hook ``percache_sources_forgotten``, their K/V
+    under every fingerprint, their predictions)."""
     gone = [c.id for c in known if c not in _resolvable(a, [c])]
     if gone:
-        a.hooks.sources_forgotten(a.ctx, gone)
+        forget_chunks(a.ctx, gone)
     return gone
 
 

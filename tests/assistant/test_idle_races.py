@@ -75,3 +75,31 @@ def test_an_answer_computed_while_its_document_changes_is_not_kept(tmp_path: Pat
     answer = pc.ask(Q, scope="me", **GEN)
     assert not set(answer.sources) & gone
     pc.close()
+
+
+def test_an_answer_computed_while_another_handle_removes_its_document_leaves_no_kv(tmp_path: Path) -> None:
+    # two handles on one store: the removal cannot hold the other handle's engine, so the
+    # answer's own check after storing it (the store on disk) takes what it stored back
+    pc, other = _pc(tmp_path), _pc(tmp_path)
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = {c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"}
+    pc.idle_queue.push("answer", Q, "me")
+    pause = PauseFirstBackgroundRequest()
+    pc.plugins.register(pause)
+
+    def run_idle() -> None:
+        pause.worker = threading.get_ident()
+        pc.idle()
+
+    idle = threading.Thread(target=run_idle)
+    idle.start()
+    assert pause.started.wait(30)
+    other.knowledge.remove_document("zz", "me")
+    pause.go.set()
+    idle.join(60)
+    assert not idle.is_alive()
+    assert not any(set(e.sources) & gone for e in pc.qa_bank.entries())
+    stores = pc.engine.ctx.every_store()
+    assert not any(n.extra.get("chunk") in gone for s in stores for n in s.nodes())
+    pc.close()
+    other.close()
