@@ -82,7 +82,8 @@ def run_check(check: Check | str, subject: Subject) -> CheckResult:
     try:
         outcome = check.fn(subject)
     except Exception as exc:  # a check must report, never crash the suite
-        outcome = failed(f"raised {type(exc).__name__}: {exc}",
+        notes = "".join(f"; {n}" for n in getattr(exc, "__notes__", ()))
+        outcome = failed(f"raised {type(exc).__name__}: {exc}{notes}",
                          traceback=traceback.format_exc(limit=8))
     return CheckResult(check.name, check.title, outcome, time.perf_counter() - t0)
 

@@ -27,6 +27,7 @@ from ..decode.seeded import seeded
 from ..decode.sources import with_prediction
 from ..decode.stored_cost import CurveLookup
 from ..fingerprint import ModelFingerprint
+from ..hooks.blame import register_named
 from ..hooks.contexts import EngineContext
 from ..hooks.manager import Hooks, make_plugin_manager
 from ..hooks.registries import Registries
@@ -73,7 +74,7 @@ class Engine:
         self.drafts = DraftSetup(model, CurveLookup(None if self._path is None else self._path / DB_NAME))
         self.plugins: pluggy.PluginManager = make_plugin_manager()
         for plugin in plugins:  # before anything asks the hooks (the model profile, below)
-            self.plugins.register(plugin)
+            register_named(self.plugins, plugin)
         self.hooks = Hooks(self.plugins)
         self.tracker = ModelFingerprint(model, tokenizer)
         self.fingerprint = self.tracker.value

@@ -17,6 +17,7 @@ from ..attention.masks import (
     register_mask_provider,
     release_mask_provider,
 )
+from ..hooks.blame import blame
 from ..hooks.contexts import EngineContext
 from ..hooks.manager import Hooks
 from ..reuse import ReuseRunner
@@ -61,7 +62,11 @@ class ModelSwitch:
             if extra is not None and splice is not None and splice.positions is not None:
                 mask = apply_to_additive(mask, extra, splice.positions.to(mask.device))
             attention_mask = mask
-        return self._hooks.attention(self._ctx, module, query, key, value, attention_mask, kwargs)
+        try:
+            return self._hooks.attention(self._ctx, module, query, key, value, attention_mask, kwargs)
+        except Exception as exc:  # surfaces deep in the model's forward: say which plugin raised
+            blame(self._hooks.pm, exc, "percache_attention")
+            raise
 
     def mask_function(self) -> MaskFunction | None:
         """The extra mask plugins AND into the model's masks (``percache_mask_function``)."""

@@ -88,6 +88,7 @@ class Hooks:
     """Typed calls into the plugin manager (pluggy cannot type ``pm.hook.x``)."""
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm  # for :func:`.blame.blame`
         self._hook = pm.hook
 
     def attention(
