@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..hooks.specs import hookimpl
 from ..idle import IdleReport, IdleTask
+from ..plugins.removal import forget_predictions
 from ..predict.parse import parse_questions
 from ..predict.state import REBUILD_ABSTRACT, task_chunk
 from ..predict.templates import load_template
@@ -77,6 +78,16 @@ def _abstract(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     state.set_abstract(task.scope, " ".join(words[-c.ctx.config.abstract_max_words:]), used,
                        continued=not rebuild)
     state.clear_pending(task.scope, pending)
+    _forget_gone(c, used)
+
+
+def _forget_gone(c: IdleContext, ids: Sequence[str]) -> None:
+    """Another handle or process may have removed chunks this task read while it generated,
+    and dropped their predictions before this task recorded its own: drop them now (after
+    recording them, so either this check or that removal sees them)."""
+    gone = [i for i in dict.fromkeys(ids) if not c.ctx.hooks.resolve_chunks(c.ctx, [i])]
+    if gone:
+        forget_predictions(c.ctx, gone)
 
 
 def _scope_chunks(c: IdleContext, scope: str | None) -> list[str]:
@@ -156,6 +167,7 @@ def _predict(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     named = task_chunk(task.question) if task.kind == "predict_knowledge" else None
     if named is not None and kept:  # asked about this chunk: they go when it goes
         c.prediction_state.note_predicted(task.scope, named[0], kept)
+        _forget_gone(c, [named[0]])
     report.predicted.extend(kept)
 
 

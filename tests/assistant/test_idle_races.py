@@ -4,6 +4,7 @@ not by timing."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -11,9 +12,12 @@ from pathlib import Path
 import pytest
 
 import percache_plugin as percache
+from percache_plugin.assistant.idle_tasks import BUILTIN_TASKS
 from percache_plugin.hooks.specs import hookimpl
+from percache_plugin.idle import IdleReport, IdleTask
+from percache_plugin.stats import Generation, GenerationStats
 from tests.assistant.test_assistant import BEN, GEN, _pc
-from tests.assistant.test_removal_traces import NEEDLES, OTHER, SECRET, Q, files_holding
+from tests.assistant.test_removal_traces import NEEDLES, OTHER, PREDICTED, SECRET, Q, files_holding
 
 CHANGES: dict[str, Callable[[percache.PerCache], object]] = {
     "remove_document": lambda pc: pc.knowledge.remove_document("zz", "me"),
@@ -103,3 +107,31 @@ def test_an_answer_computed_while_another_handle_removes_its_document_leaves_no_
     assert not any(n.extra.get("chunk") in gone for s in stores for n in s.nodes())
     pc.close()
     other.close()
+
+
+def _generating_while(remove: Callable[[], object], text: str) -> Callable[..., Generation]:
+    """A generate that lets another handle remove a document, then writes ``text``."""
+    def generate(*args: object, **kwargs: object) -> Generation:
+        remove()
+        return Generation(text, [], [], GenerationStats())
+    return generate
+
+
+@pytest.mark.parametrize("kind", ["predict_knowledge", "abstract"])
+def test_predictions_from_a_chunk_another_handle_removes_meanwhile_are_not_kept(tmp_path: Path,
+                                                                                kind: str) -> None:
+    pc, other = _pc(tmp_path), _pc(tmp_path)
+    pc.configure(predict="knowledge")
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = next(c.id for c in pc.knowledge.chunks() if c.doc_id == "zz")
+    ictx = copy.copy(pc.assistant.idle_context)
+    ictx.generate = _generating_while(lambda: other.knowledge.remove_document("zz", "me"),
+                                      PREDICTED if kind != "abstract" else "Zorblax keeps code 4417.")
+    question = "chunk " + gone if kind == "predict_knowledge" else ""
+    BUILTIN_TASKS[kind](ictx, IdleTask(0, kind, question, "me", 0.0), IdleReport())
+    assert not any("Zorblax" in t.question for t in pc.idle_queue.pending())
+    assert pc.prediction_state.predicted_from([gone]) == set()
+    assert pc.prediction_state.abstract("me") == ""
+    pc.close()
+    other.close()
+    assert files_holding(tmp_path, [b"zorblax"]) == []
