@@ -4,7 +4,9 @@ Every parameter and buffer is hashed from its raw bytes (blake2b) once; afterwar
 :meth:`WeightDigests.refresh` reads only each tensor's identity, storage pointer and autograd
 version counter and rehashes the tensors whose probe changed (a ``set_adapter``, an optimizer
 step, ``p.add_()`` under ``no_grad``, ``p.copy_()``, a replaced ``Parameter``, new adapter
-weights). Writes through ``p.data`` bypass the version counter and are invisible to the probe;
+weights). Writes through ``p.data`` bypass the version counter and are invisible to the probe
+(as are in-place writes to tensors made under inference mode larger than
+:data:`INFERENCE_PROBE_BYTES`, which have none);
 :meth:`WeightDigests.rehash` (``PerCache.refresh_fingerprint()``) hashes everything again.
 A tensor offloaded with accelerate (``meta`` between forwards) is hashed from the bytes its hook
 loads and probed by their source (:mod:`.offloaded`), so its digest is the one the same tensor
@@ -21,7 +23,7 @@ import torch
 
 from .offloaded import OffloadedSource, offloaded_sources
 
-__all__ = ["WeightDigests", "named_tensors", "tensor_digest"]
+__all__ = ["INFERENCE_PROBE_BYTES", "WeightDigests", "named_tensors", "tensor_digest"]
 
 Probe = tuple[Any, ...]
 
@@ -47,11 +49,21 @@ def tensor_digest(t: torch.Tensor) -> bytes:
     return h.digest()
 
 
+INFERENCE_PROBE_BYTES = 1 << 16
+"""Tensors made under ``torch.inference_mode()`` (a model loaded in it; a dynamic-NTK
+``inv_freq`` recomputed in it) have no version counter: up to this size their probe holds
+their digest, so an in-place write (allowed only under inference mode) is seen; larger ones are
+probed by identity and storage only, like a write through ``p.data``."""
+
+
 def _probe(t: torch.Tensor, source: OffloadedSource | None) -> Probe:
     if t.device.type == "meta" and source is not None:
         return source.probe()  # the hook puts a new meta tensor in place at every forward
     if t.device.type == "meta":  # no bytes; one made under inference mode has no version counter
         return id(t), 0, 0
+    if t.is_inference():
+        small = t.numel() * t.element_size() <= INFERENCE_PROBE_BYTES
+        return id(t), t.data_ptr(), tensor_digest(t) if small else None
     return id(t), t.data_ptr(), t._version
 
 
