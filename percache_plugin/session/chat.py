@@ -15,7 +15,7 @@ from .edits import session_editor
 from .evict import make_room
 from .layout import ChatLayout
 from .masking import SessionKeepMask
-from .memory_region import apply_region, store_region
+from .memory_region import apply_region, region_tokens, store_region
 from .reply import ChatStats, Reply
 from .state import RegionFact, Session, Turn, cache_bytes, cache_tokens, crop_to
 
@@ -45,18 +45,25 @@ class ChatRunner:
             eos = self.engine.tokenizer.eos_token_id
         return set(eos) if isinstance(eos, list) else ({eos} if eos is not None else set())
 
-    def check_fits(self, session: Session, turn_ids: list[int], max_new: int) -> None:
+    def check_fits(self, session: Session, turn_ids: list[int], max_new: int, memory: int = 0,
+                   region: list[RegionFact] | None = None) -> None:
+        """Raise :class:`MessageTooLong` unless the turn fits the budget and the model's context
+        after the head and the memory region (``region``: the one the turn sets). ``memory``:
+        the tokens of recalled facts in ``turn_ids``; the error names them, and the region."""
         budget = self.engine.config.session_kv_tokens
         need = len(turn_ids) + max_new
         if budget is not None and need > budget:
             raise MessageTooLong(
-                f"message of {len(turn_ids)} tokens plus max_new_tokens={max_new} exceeds "
-                f"session_kv_tokens={budget}; shorten it or raise the budget")
+                f"message of {len(turn_ids)} tokens{_recalled(memory)} plus max_new_tokens={max_new} "
+                f"exceeds session_kv_tokens={budget}; shorten it or raise the budget")
         limit = context_limit(self.engine.model)
-        if limit is not None and session.turns_start + need > limit:
+        start = session.turns_start if region is None else \
+            len(session.head_ids) + region_tokens(self.engine, session, region)
+        if limit is not None and start + need > limit:
             raise MessageTooLong(
-                f"message of {len(turn_ids)} tokens plus max_new_tokens={max_new} exceeds the "
-                f"model's context of {limit} tokens{context_note(self.engine.model)}")
+                f"message of {len(turn_ids)} tokens{_recalled(memory)} plus max_new_tokens={max_new} "
+                f"exceeds the model's context of {limit} tokens{context_note(self.engine.model)}"
+                f"{_recalled(start - len(session.head_ids), ' after a memory region of')}")
 
     def _follow_layout(self, session: Session) -> None:
         """A session that never had a turn starts with the head and glue of the layout in use
@@ -87,7 +94,7 @@ class ChatRunner:
         bare = self.layout.turn(message, session.glue()) if memory else None
         if bare is not None:
             stats.memory_tokens = len(turn_ids) - len(bare)
-        self.check_fits(session, turn_ids, int(kwargs["max_new_tokens"]))
+        self.check_fits(session, turn_ids, int(kwargs["max_new_tokens"]), stats.memory_tokens, region)
         make_room(self.engine, session, len(turn_ids) + int(kwargs["max_new_tokens"]), message, stats)
         editor = session_editor(session, self.engine.shifter,
                                 self.engine.capabilities.reasons.get("shifted_reuse", ""))
@@ -145,6 +152,14 @@ class ChatRunner:
         stats.kv_bytes = cache_bytes(cache)
         stats.total_s = time.perf_counter() - t0
         return Reply(gen.text, new, turn.turn_id, stats, full, gen.first_logits)
+
+
+def _recalled(tokens: int, what: str = " with recalled memory facts of") -> str:
+    """Names the recalled facts in a too-long error: a fact too long for every turn that
+    recalls it is shortened (``pc.memory.update``) or forgotten, or ``memory_k`` lowered."""
+    if not tokens:
+        return ""
+    return f"{what} {tokens} tokens (shorten a long fact with pc.memory.update, or lower memory_k)"
 
 
 def _extend(keep: Any, n: int) -> Any:

@@ -51,7 +51,7 @@ from .state import RegionFact, Session, cache_tokens
 if TYPE_CHECKING:
     from ..engine import Engine
 
-__all__ = ["RegionMemory", "apply_region", "fact_kv_key", "forget_fact", "hash_ids", "plan_region", "region_fact",
+__all__ = ["RegionMemory", "apply_region", "fact_kv_key", "forget_fact", "hash_ids", "plan_region", "region_fact", "region_tokens",
            "store_region", "turn_memory", "without_fact"]
 
 # ``current(fact_id)`` -> the (id, text) serving in the fact's place now (itself, its updated
@@ -200,14 +200,19 @@ def _set_region(session: Session, new: list[RegionFact], stats: ChatStats) -> in
     return start
 
 
+def region_tokens(engine: Engine, session: Session, region: list[RegionFact]) -> int:
+    """The length of the memory region made of ``region`` (header and facts; 0 when empty)."""
+    if region and not session.memory_header:
+        session.memory_header = list(engine.tokenizer(MEMORY_HEADER, add_special_tokens=False)["input_ids"])
+    return sum(len(f.ids) for f in region) + (len(session.memory_header) if region else 0)
+
+
 def apply_region(engine: Engine, session: Session, new: list[RegionFact], stats: ChatStats,
                  shifted: bool) -> None:
     """Make ``new`` the session's region and splice the facts' stored K/V into the cache (see
     the module docstring); ``shifted``: facts whose K/V was computed elsewhere are shifted
     (else they are computed with the turn)."""
-    if new and not session.memory_header:
-        session.memory_header = list(engine.tokenizer(MEMORY_HEADER, add_special_tokens=False)["input_ids"])
-    stats.memory_tokens = sum(len(f.ids) for f in new) + (len(session.memory_header) if new else 0)
+    stats.memory_tokens = region_tokens(engine, session, new)
     if not shifted and session.region_shifted_from is not None:
         cut_at(session, session.region_shifted_from, stats)  # 'splice' is off: no shifted fact stays
     if new == session.memory:

@@ -1,5 +1,6 @@
 """Memory fails soft: a failed memory write never fails the chat turn it follows (counted in
-its stats), and a corrupt fact row is a miss (counted, forgettable), not a crash."""
+its stats), a corrupt fact row is a miss (counted, forgettable), not a crash, and a recalled
+fact too long for the model's context is named in the error, never run past the context."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 import percache_plugin as percache
 from percache_plugin.memory.bank import UnknownFact
+from percache_plugin.session.chat import MessageTooLong
 from tests.helpers import tiny_pair
 
 
@@ -73,5 +75,24 @@ def test_a_corrupt_fact_row_is_a_miss_counted_and_forgettable(tmp_path: Path, co
         assert pc.memory.corrupt == []
         with pytest.raises(UnknownFact, match="forgotten"):
             pc.memory.get(bad.id)
+    finally:
+        pc.close()
+
+
+@pytest.mark.parametrize("mode", ["text", "splice", "splice-exact"])
+def test_a_recalled_fact_too_long_for_the_context_is_named_not_run_past_it(mode: str) -> None:
+    model, tok = tiny_pair("llama", max_position_embeddings=512)
+    pc = percache.enable(model, tok, embedder="hash", predict="off", memory_recall=True, memory_threshold=0.0,
+                         memory_recall_mode=mode)
+    try:
+        pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana")
+        long = pc.memory.add("Ana notes: " + "Quillberry tea facts and more words " * 20, scope="ana").fact
+        pc.memory.add("Bob repairs old radios", scope="ana")
+        pc.sessions.create("s")
+        with pytest.raises(MessageTooLong, match=r"memory (facts of|region of) 8[0-9][0-9] tokens.*pc.memory.update"):
+            pc.chat("Which tea does Ana drink?", session="s", memory_scope="ana", max_new_tokens=2)
+        pc.memory.forget(long.id)
+        reply = pc.chat("Which tea does Ana drink?", session="s", memory_scope="ana", max_new_tokens=2)
+        assert len(reply.prompt_ids) + 2 <= 512 and reply.stats.fact_ids
     finally:
         pc.close()
