@@ -125,11 +125,23 @@ def summarize(results: Sequence[CheckResult]) -> tuple[Capability, ...]:
     exact = _capability("exact_reuse", results, EXACT_CHECKS,
                         "through a plain cache, no attention hook" if plain else "")
     shifted = _capability("shifted_reuse", results, SHIFTED_CHECKS)
-    if shifted.status == "supported":
-        gating = [r for r in results if r.name in ("splice_recompute_all", "shifted_reuse")]
-        if gating and all(r.status == NA for r in gating):
-            shifted = Capability("shifted_reuse", "not applicable", gating[-1].outcome.message)
-    return exact, shifted
+    return _gated(exact, results, REUSE_GATES), _gated(shifted, results, SHIFT_GATES)
+
+
+REUSE_GATES: tuple[str, ...] = ("exact_reuse", "store_roundtrip", "fp32", "bf16")
+"""The exact-reuse checks that compare a request served from stored K/V with plain generate:
+with none of them applicable, exact reuse was not measured, whatever the others say."""
+SHIFT_GATES: tuple[str, ...] = ("splice_recompute_all", "shifted_reuse")
+"""Likewise for shifted reuse."""
+
+
+def _gated(cap: Capability, results: Sequence[CheckResult], gates: Sequence[str]) -> Capability:
+    """``cap``, or "not applicable" with the last gate's reason where it says "supported" though
+    every one of ``gates`` that ran was not applicable."""
+    gating = [r for r in results if r.name in gates]
+    if cap.status == "supported" and gating and all(r.status == NA for r in gating):
+        return Capability(cap.name, "not applicable", gating[-1].outcome.message)
+    return cap
 
 
 @dataclass(frozen=True)

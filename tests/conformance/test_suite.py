@@ -26,6 +26,7 @@ from percache_plugin.conformance import (
     tiny_model,
 )
 from percache_plugin.conformance.suite import EXACT_CHECKS, SHIFTED_CHECKS
+from tests.conformance.helpers import by_name
 
 
 def _result(name: str, status: str, message: str = "") -> CheckResult:
@@ -91,6 +92,21 @@ def test_summary_of_capabilities() -> None:
     exact, shifted = summarize(broken)
     assert exact.status == "failed" and "logits differ" in exact.reason
     assert shifted.status == "failed" and "rotary dims" in shifted.reason
+
+
+def test_exact_reuse_never_measured_is_not_supported() -> None:
+    # Every check comparing a served request with plain generate was not applicable (the model's
+    # context is shorter than their prompts): the capability was not measured.
+    results = [_result("attention_switch", PASS), _result("disable_restores", PASS),
+               *(_result(n, NA, "exceeds the model's context of 128")
+                 for n in ("exact_reuse", "store_roundtrip", "fp32", "bf16")),
+               _result("left_padding", PASS)]
+    exact, _ = summarize(results)
+    assert (exact.status, exact.reason) == ("not applicable", "exceeds the model's context of 128")
+    report = run_suite(tiny_model("llama", max_position_embeddings=128), byte_tokenizer(),
+                       checks=[*EXACT_CHECKS])
+    assert by_name(report)["exact_reuse"].status == NA and report.ok
+    assert report.capabilities[0].status == "not applicable"
 
 
 def test_sliding_window_builds_a_prompt_longer_than_the_window() -> None:
