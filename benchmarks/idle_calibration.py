@@ -3,11 +3,13 @@
 A handle with the defaults queues the task at ``enable()``. First ``--requests`` foreground
 ``generate`` calls with no background work (the baseline), then the idle worker is started and
 the same calls are made ``--gap`` seconds apart while it measures the curve: each one preempts
-the measuring (stopped within one forward, abandoned, queued again). Reported per phase: the
-median and highest request time and time to first token. Finally the worker is left alone until
-the curve is stored, and how long that took.
+the measuring (stopped within one forward, queued again, its timed forwards kept). Reported per
+phase: the median and highest request time and time to first token. Finally the worker is left
+alone until the curve is stored, and how long that took. With ``--steady N`` the requests go on
+every ``--gap`` seconds (at most N of them) until the curve is stored, and never leave it alone:
+steady traffic with idle gaps shorter than the whole measuring.
 
-    python benchmarks/idle_calibration.py [--requests 5] [--gap 4] [--threads 1]
+    python benchmarks/idle_calibration.py [--requests 5] [--gap 4] [--threads 1] [--steady 40]
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def main() -> None:
     p.add_argument("--gap", type=float, default=4.0, help="seconds between requests while calibrating")
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steady", type=int, default=0,
+                   help="go on with requests every --gap s until the curve is stored (at most this many)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -61,6 +65,12 @@ def main() -> None:
         for _ in range(args.requests):
             time.sleep(args.gap)
             busy.append(_request(pc, args.new_tokens))
+        steady, t_steady = 0, time.perf_counter()
+        while steady < args.steady and pc.stats().draft_cost_curve == "built-in":
+            time.sleep(args.gap)
+            _request(pc, args.new_tokens)
+            steady += 1
+        steady_s = time.perf_counter() - t_steady
         t0 = time.perf_counter()
         while pc.stats().draft_cost_curve == "built-in" and time.perf_counter() - t0 < 300:
             time.sleep(0.5)
@@ -69,6 +79,8 @@ def main() -> None:
         out = {"quiet": _summary(quiet), "while_calibrating": _summary(busy),
                "calibration_alone_s": round(alone_s, 1), "curve": pc.stats().draft_cost_curve,
                "preempted": report.preempted if report else None,
+               "steady_requests": steady, "steady_s": round(steady_s, 1),
+               "calibration": {k: v for k, v in vars(pc.stats()).items() if k.startswith("calibration_")},
                "ratios": list(pc.engine.drafts.curve(pc.fingerprint, pc.config)[0].ratios)}
     print(json.dumps(out, indent=1))
     if args.json:

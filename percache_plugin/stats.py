@@ -125,12 +125,22 @@ class StatsTotals:
     # stored curves ignored because they did not read as one (filled by pc.stats())
     draft_cost_curve: str = ""
     draft_curves_ignored: int = 0
+    # Measuring that curve (pc.measure_verify_cost(), the idle task 'calibrate'): runs started,
+    # runs stopped between forwards (preempted), forwards timed and kept by an unfinished
+    # measuring for its next run, tokens computed, and of those the tokens stopped runs computed
+    # for nothing (each run's cache and warm-up forwards; filled by pc.stats())
+    calibration_runs: int = 0
+    calibration_preempted: int = 0
+    calibration_points: int = 0
+    calibration_tokens: int = 0
+    calibration_tokens_abandoned: int = 0
 
     def add(self, s: GenerationStats) -> None:
         self.requests += 1
         for f in dataclasses.fields(self):
             if f.name in ("requests", "fallbacks", "qa_lookups", "qa_hits", "answers_checked",
-                          "answers_flagged", "draft_cost_curve", "draft_curves_ignored"):
+                          "answers_flagged", "draft_cost_curve", "draft_curves_ignored") \
+                    or f.name.startswith("calibration_"):
                 continue
             setattr(self, f.name, getattr(self, f.name) + getattr(s, f.name))
         self.fallbacks += bool(s.fallback)

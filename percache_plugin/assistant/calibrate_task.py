@@ -12,11 +12,17 @@ from its next request on and every later handle on the store from its first.
 
 The measuring yields like any idle task: the check between forwards stops it within one forward
 (a background worker's when a foreground call waits; an explicit ``idle(budget_s=...)``'s when
-the budget passes); the partial timings are dropped, nothing is stored and the task stays queued,
-to start over. A task that finds the curve no longer needed (stored meanwhile, drafting off, a
+the budget passes); nothing is stored and the task stays queued. The forwards it timed are kept
+(``DraftSetup.calibrations``, by model, machine and arguments, in this handle's memory): the next
+run builds the cache again, warms up and times only the forwards still missing, so idle gaps
+shorter than the whole measuring add up to a curve under steady traffic (a gap must hold the
+cache, the warm-up rounds and a forward to add one). ``pc.stats()`` counts the runs, the stopped
+ones, the forwards kept and the tokens the stopped runs computed for nothing (their caches and
+warm-ups: ``calibration_tokens_abandoned``). A task that finds the curve no longer needed (stored meanwhile, drafting off, a
 curve given, calibration off, or a model whose context cannot hold the measuring) leaves the
 queue, counted in ``IdleReport.skipped_by_kind``. Its compute (the cache built for it and the
-tokens of its forwards) is counted under the ``calibrate`` kind of the background stats.
+tokens of its forwards, stopped runs included) is counted under the ``calibrate`` kind of the
+background stats.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..best_effort import best_effort
 from ..config import Config
-from ..decode.calibrate import MEASURE_DEFAULTS, fit_cached, forward_tokens
+from ..decode.calibrate import MEASURE_DEFAULTS, fit_cached
 from ..decode.chunked import interrupt_check
 from ..decode.generate import context_limit
 from ..idle import IdleReport, IdleTask
@@ -64,8 +70,8 @@ def queue_calibration(a: Assistant) -> bool:
 
 def measure_in_idle(engine: Engine) -> int | None:
     """Measure and store the curve if still needed (the caller holds the engine's lock): the
-    tokens the measuring computed, or None when nothing ran. Raises ``Preempted`` when a
-    foreground call or the idle budget stopped it (nothing stored)."""
+    tokens this run computed, or None when nothing ran. Raises ``MeasuringStopped`` when a
+    foreground call or the idle budget stopped it (nothing stored; the timed forwards kept)."""
     config = engine.config
     max_k = IDLE_MEASURE["max_k"]
     limit = context_limit(engine.model)
@@ -73,9 +79,10 @@ def measure_in_idle(engine: Engine) -> int | None:
     if not calibration_needed(engine, config) or (limit is not None and limit < 2 * (max_k + 1)):
         return None
     cached = fit_cached(engine.model, IDLE_MEASURE["cached_tokens"], max_k)
+    before = engine.drafts.calibration_totals()["tokens"]
     engine.drafts.measure(engine.fingerprint, config, engine.stats(), cached_tokens=cached, max_k=max_k,
                           repeats=IDLE_MEASURE["repeats"], should_stop=interrupt_check(engine.preemption))
-    return forward_tokens(cached, max_k, IDLE_MEASURE["repeats"])
+    return engine.drafts.calibration_totals()["tokens"] - before
 
 
 def calibrate(c: IdleContext, task: IdleTask, report: IdleReport) -> GenerationStats | None:

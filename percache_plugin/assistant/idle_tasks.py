@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from ..decode.calibrate import MeasuringStopped
 from ..hooks.specs import hookimpl
 from ..idle import IdleReport, IdleTask
 from ..plugins.removal import forget_predictions
@@ -217,7 +218,12 @@ def _warm(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
 
 
 def _calibrate(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
-    _account(c, report, CALIBRATE_KIND, calibrate(c, task, report))
+    try:
+        stats = calibrate(c, task, report)
+    except MeasuringStopped as stop:  # a stopped run computed too (its timed forwards are kept)
+        _account(c, report, CALIBRATE_KIND, GenerationStats(tokens_computed=stop.tokens))
+        raise
+    _account(c, report, CALIBRATE_KIND, stats)
 
 
 TaskRunner = Callable[["IdleContext", IdleTask, IdleReport], None]

@@ -23,7 +23,7 @@ from ..decode import (
     VerifyCost,
     greedy_reason,
 )
-from ..decode.calibrate import measure_curve
+from ..decode.calibrate import CalibrationProgress, measure_curve
 from ..decode.chunked import StopCheck
 from ..decode.stored_cost import CurveLookup, StoredCurve
 from ..decode.tree import tree_usable
@@ -44,6 +44,8 @@ class DraftSetup:
 
     :ivar measured_now: the curve :meth:`measure` returned last (stats name it "measured now"
         while it is ``Config.draft_verify_cost``).
+    :ivar calibrations: the measurings of :meth:`measure`, by curve key (model and machine, as
+        the stored curve) and arguments: an unfinished one keeps its times across idle gaps.
     """
 
     def __init__(self, model: Any, curves: CurveLookup | None = None) -> None:
@@ -53,6 +55,7 @@ class DraftSetup:
         self._packing = PackOnDemand(model)
         self.curves = curves if curves is not None else CurveLookup(None)
         self.measured_now: tuple[float, ...] | None = None
+        self.calibrations: dict[tuple[str, int, int, int], CalibrationProgress] = {}
 
     def curve(self, fingerprint: str, config: Config) -> tuple[VerifyCost, str]:
         """The curve drafts are priced by now, and how stats name it: ``"given"``
@@ -85,14 +88,30 @@ class DraftSetup:
         """Measure the verify cost curve as drafted decoding runs its forwards
         (:func:`~percache_plugin.decode.calibrate.measure_curve`) and store it for this model
         and machine (a failed write is counted in ``totals.store_errors``; the handle uses the
-        curve anyway). Raises ``Preempted`` when ``should_stop`` ends it: nothing is stored."""
+        curve anyway). Raises ``MeasuringStopped`` (a ``Preempted``) when ``should_stop`` ends it:
+        nothing is stored, and the forwards it timed are kept for the next call on this model,
+        machine and arguments (:attr:`calibrations`) that can be stopped too."""
         packed = self.packs(config)
+        key = (self.curves.key(fingerprint, self._model, packed), cached_tokens, max_k, repeats)
+        kept = self.calibrations.setdefault(key, CalibrationProgress())
+        if should_stop is None:  # pc.measure_verify_cost(): all of it at the load of now, none kept
+            kept.finished = True
         curve = measure_curve(self._model, cached_tokens=cached_tokens, max_k=max_k, repeats=repeats,
                               route=self.verify_route(config.draft_packed_linears), progress=progress,
-                              should_stop=should_stop, prefill_chunk=config.background_prefill_chunk)
+                              should_stop=should_stop, prefill_chunk=config.background_prefill_chunk,
+                              resume=kept)
         with best_effort("storing the measured verify cost curve", totals):
             self.curves.put(fingerprint, self._model, packed, curve)
         return curve
+
+    def calibration_totals(self) -> dict[str, int]:
+        """The counters of every measuring of :meth:`measure` summed (``runs``, ``preempted``,
+        ``tokens``, ``tokens_abandoned``) and ``points``, the forwards the unfinished ones keep
+        (``pc.stats()``'s ``calibration_*``)."""
+        got = list(self.calibrations.values())
+        return {"runs": sum(p.runs for p in got), "preempted": sum(p.preempted for p in got),
+                "points": sum(p.points for p in got if not p.finished),
+                "tokens": sum(p.tokens for p in got), "tokens_abandoned": sum(p.tokens_abandoned for p in got)}
 
     def for_request(self, ctx: EngineContext, hooks: Hooks, prompt: Prompt, kwargs: dict[str, Any],
                     hints: DraftHints | None, stats: GenerationStats, *, enabled: bool,

@@ -186,6 +186,8 @@ class PerCache(HandleParts):
         # not under the engine's lock: the idle worker may hold it for a whole task
         totals.draft_cost_curve = self.engine.drafts.curve(self.engine.fingerprint, self.config)[1]
         totals.draft_curves_ignored = self.engine.drafts.curves.ignored
+        for name, value in self.engine.drafts.calibration_totals().items():
+            setattr(totals, f"calibration_{name}", value)
         return totals
 
     # -- settings and life cycle -----------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,8 @@ import pytest
 import percache_plugin as percache
 from percache_plugin.assistant.calibrate_task import CALIBRATE_KIND
 from percache_plugin.core.preemption import Preempted
-from percache_plugin.decode.calibrate import measure_curve
+from percache_plugin.decode import chunked
+from percache_plugin.decode.calibrate import CalibrationProgress, MeasuringStopped, measure_curve
 from percache_plugin.decode.stored_cost import CurveLookup
 from percache_plugin.idle import IdleQueue
 from percache_plugin.kv.store import DB_NAME
@@ -107,3 +110,90 @@ def test_the_calibration_runs_after_every_other_runnable_task() -> None:
     last = queue.peek()
     assert last is not None and last.kind == CALIBRATE_KIND
     queue.close()
+
+
+class _Gaps:
+    """A stop check that lets each run of the measuring make ``checks`` checks, then stops it:
+    an idle gap that ends after as many forwards, the same length every time (no clock)."""
+
+    def __init__(self, checks: int) -> None:
+        self.checks = checks
+        self.calls = 0
+
+    def run(self) -> Callable[[], bool]:
+        self.calls = 0
+
+        def stop() -> bool:
+            self.calls += 1
+            return self.calls > self.checks
+
+        return stop
+
+
+def test_a_stopped_measuring_keeps_its_forwards_and_finishes_after_enough_gaps() -> None:
+    model, _ = tiny_pair("llama")
+    kept = CalibrationProgress()
+    gaps = _Gaps(16)  # 3 prefill chunks, 10 warm-up forwards, 3 more checks: 4 timed forwards a run
+    args = dict(cached_tokens=40, max_k=4, repeats=2, progress=False, prefill_chunk=16, resume=kept)
+    first: dict[Any, list[float]] = {}
+    for run in range(2):
+        with pytest.raises(MeasuringStopped) as info:
+            measure_curve(model, should_stop=gaps.run(), **args)
+        assert kept.points == 4 * (run + 1) and info.value.tokens > 40 + 2 * 15
+        if run == 0:
+            first = {key: list(v) for key, v in kept.times.items()}
+    curve = measure_curve(model, should_stop=gaps.run(), **args)
+    assert len(curve) == 4 and kept.finished and kept.points == 10
+    assert all(kept.times[key][:len(v)] == v for key, v in first.items())  # the first run's times are in it
+    cache_and_warmup = 40 + 2 * sum(k + 1 for k in range(5))
+    assert (kept.runs, kept.preempted, kept.tokens_abandoned) == (3, 2, 2 * cache_and_warmup)
+
+
+class _Ticks:
+    """``perf_counter`` for the idle budget's check: every call moves it on by one second, so an
+    ``idle(budget_s=n)`` stops the measuring after about ``n`` checks, whatever the machine."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def perf_counter(self) -> float:
+        self.n += 1
+        return time.perf_counter() + self.n
+
+
+def test_idle_gaps_shorter_than_the_measuring_add_up_to_a_stored_curve(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tok = tiny_pair("llama")
+    ticks = _Ticks()
+    monkeypatch.setattr(chunked, "time", ticks)
+    with percache.enable(model, tok, store=tmp_path) as pc:
+        gaps = 0
+        while _kinds(pc) and gaps < 30:
+            ticks.n = 0
+            # a run checks before each of the cache's 24 chunks (1500 tokens, 64 a chunk) and after
+            # each of its 34 warm-up forwards, then after each timed one (153 in all)
+            pc.idle(budget_s=100)
+            gaps += 1
+        stats = pc.stats()
+        assert _kinds(pc) == [] and _stored(tmp_path, pc) is not None, f"not finished after {gaps} gaps"
+        assert gaps > 2 and stats.calibration_runs == gaps and stats.calibration_preempted == gaps - 1
+        assert stats.calibration_points == 0 and stats.draft_cost_curve == "measured now"
+        assert stats.calibration_tokens_abandoned > 0
+        # every run's compute is in the background stats, the stopped ones' too
+        assert pc.background_stats.by_kind[CALIBRATE_KIND].prefill_tokens == stats.calibration_tokens
+
+
+def test_measure_verify_cost_times_every_forward_now(tmp_path: Path) -> None:
+    model, tok = tiny_pair("llama")
+    with percache.enable(model, tok, store=tmp_path, draft_calibrate_idle=False) as pc:
+        args = dict(cached_tokens=40, max_k=4, repeats=2)
+        with pytest.raises(MeasuringStopped):
+            pc.engine.drafts.measure(pc.fingerprint, pc.config, pc.engine.stats(), **args,
+                                     should_stop=_Gaps(16).run())
+        # one prefill chunk, 10 warm-up forwards, then 6 timed ones (k = 0..4, then 4: 20 tokens)
+        assert pc.stats().calibration_points == 6  # kept for the next run that can stop
+        pc.measure_verify_cost(**args, progress=False)
+        kept = next(iter(pc.engine.drafts.calibrations.values()))
+        assert kept.finished and all(len(v) == 2 for v in kept.times.values())
+        # the stopped run's timed forwards, then a whole measuring: cache, warm-up, 2 rounds
+        assert kept.tokens == kept.tokens_abandoned + 20 + 40 + 2 * 15 + 2 * 15

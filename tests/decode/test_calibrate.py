@@ -66,7 +66,7 @@ def test_time_forwards_crops_the_cache_back_and_counts_repeats() -> None:
     with torch.inference_mode():
         model(input_ids=torch.tensor([ids[:20]]), past_key_values=cache, use_cache=True)
         times = time_forwards(model, cache, ids, 20, [0, 1, 3], {"a": lambda k: _Null()}, 2,
-                              step=lambda: steps.append(1))
+                              step=lambda k, timed: steps.append(k))
     assert cache.get_seq_length() == 20
     assert all(len(v) == 2 for v in times.values()) and set(times) == {("a", 0), ("a", 1), ("a", 3)}
     assert len(steps) == (2 + WARMUP_ROUNDS) * 3
