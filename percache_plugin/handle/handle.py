@@ -16,6 +16,7 @@ from ..decode.calibrate import MEASURE_DEFAULTS
 from ..engine import Engine
 from ..idle import IdleReport
 from ..memory.api import Memory
+from ..memory.bank import check_scope
 from ..memory.plugin import MEMORY_PLUGIN, MemoryPlugin
 from ..personas import Personas
 from ..rag.knowledge import AddReport
@@ -114,7 +115,9 @@ class PerCache(HandleParts):
         :raises UnknownSession: ``session`` was never created (see :attr:`sessions`).
         :raises UnknownPersona: no persona ``persona``.
         :raises MessageTooLong: the message and ``max_new_tokens`` exceed ``session_kv_tokens``
-            or the model's context."""
+            or the model's context.
+        :raises TypeError: ``memory_scope`` is neither a str nor None."""
+        check_scope(memory_scope)  # before the turn: it would be queued for extraction with it
         return self.sessions.chat(message, session, memory_scope=memory_scope, persona=persona,
                                   **generate_kwargs)
 

@@ -39,7 +39,7 @@ from ..rag.index import HybridIndex
 from .rows import Fact, FactRows, HistoryEvent
 from .text import CONTEXT, key_text, normalize, subject_key
 
-__all__ = ["AddResult", "FactHit", "MemoryBank", "UnknownFact", "check_metadata", "fact_chunk"]
+__all__ = ["AddResult", "FactHit", "MemoryBank", "UnknownFact", "check_metadata", "check_scope", "fact_chunk"]
 
 DOC_ID = "memory"
 
@@ -83,10 +83,17 @@ def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     return dict(metadata)
 
 
-def _check_scope(scope: object) -> str | None:
+def check_scope(scope: object) -> str | None:
+    """``scope`` when it is a memory scope (a str, or None: the unscoped memory); else TypeError."""
     if scope is not None and not isinstance(scope, str):
         raise TypeError(f"scope must be a str or None, got {type(scope).__name__}")
     return scope
+
+
+def _check_id(fact_id: object) -> str:
+    if not isinstance(fact_id, str):
+        raise TypeError(f"a fact id must be a str, got {type(fact_id).__name__}")
+    return fact_id
 
 
 class MemoryBank:
@@ -207,7 +214,7 @@ class MemoryBank:
         """The ``k`` best active facts of ``scope`` for ``query``, best first."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError(f"query must be a non-empty str, got {query!r}")
-        scope = _check_scope(scope)
+        scope = check_scope(scope)
         emb = self._embed(query) if embedding is None else np.asarray(embedding, np.float32).reshape(-1)
         with self._lock:
             self._sync()
@@ -223,7 +230,7 @@ class MemoryBank:
             return out
 
     def get(self, fact_id: str) -> Fact:
-        fact = self._rows.get(fact_id)
+        fact = self._rows.get(_check_id(fact_id))
         if fact is None:
             gone = " (forgotten)" if self._rows.tombstoned(fact_id) else ""
             if self._rows.get(fact_id, loose=True) is not None:
@@ -242,7 +249,7 @@ class MemoryBank:
 
     def list(self, scope: str | None = None, *, superseded: bool = False) -> builtins.list[Fact]:
         """Facts of ``scope`` in the order added (active only unless ``superseded``)."""
-        return self._rows.select(_check_scope(scope), status=None if superseded else "active")
+        return self._rows.select(check_scope(scope), status=None if superseded else "active")
 
     def scopes(self) -> builtins.list[str | None]:
         return self._rows.scopes()
@@ -284,7 +291,7 @@ class MemoryBank:
         return fact
 
     def tombstoned(self, fact_id: str) -> bool:
-        return self._rows.tombstoned(fact_id)
+        return self._rows.tombstoned(_check_id(fact_id))
 
     def drop_readded(self, dropped: Callable[[Mapping[str, str]], bool]) -> int:
         """Delete the ``readded`` history events whose metadata ``dropped`` accepts (an event
@@ -319,4 +326,4 @@ def _checked(text: object, scope: object, metadata: Mapping[str, str] | None
     norm = normalize(text)
     if not norm:
         raise ValueError(f"a fact needs at least one word, got {text!r}")
-    return norm, check_metadata(metadata), _check_scope(scope)
+    return norm, check_metadata(metadata), check_scope(scope)

@@ -133,7 +133,7 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
     grammar between tasks (built anew when omitted)."""
     t0 = time.perf_counter()
     parsed = _turns(task.question)
-    if parsed is None:
+    if parsed is None or not isinstance(task.scope, str | None):  # never run, never stored
         stats.bad_tasks += 1
         return
     session, turns = parsed

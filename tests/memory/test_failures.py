@@ -12,6 +12,7 @@ import pytest
 
 import percache_plugin as percache
 from percache_plugin.memory.bank import UnknownFact
+from percache_plugin.memory.idle import queue_turns
 from percache_plugin.session.chat import MessageTooLong
 from tests.helpers import tiny_pair
 
@@ -94,5 +95,27 @@ def test_a_recalled_fact_too_long_for_the_context_is_named_not_run_past_it(mode:
         pc.memory.forget(long.id)
         reply = pc.chat("Which tea does Ana drink?", session="s", memory_scope="ana", max_new_tokens=2)
         assert len(reply.prompt_ids) + 2 <= 512 and reply.stats.fact_ids
+    finally:
+        pc.close()
+
+
+def test_bad_scopes_and_ids_are_named_and_a_bad_queued_task_does_not_block_idle() -> None:
+    pc = percache.enable(*tiny_pair("llama"), embedder="hash", predict="off", memory_extraction="raw",
+                         prediction_quiet_s=0.0)
+    try:
+        for scope in (5, b"me", ["me"]):
+            with pytest.raises(TypeError, match="scope must be a str or None"):
+                pc.chat("My vault combination is 8812 obsidian.", memory_scope=scope, max_new_tokens=2)
+        assert pc.sessions.get("default").turns == [] and "memory_extract" not in pc.idle_queue.counts()
+        for call in (pc.memory.get, pc.memory.forget, pc.memory.history):
+            with pytest.raises(TypeError, match="a fact id must be a str, got list"):
+                call(["m1"])
+        with pytest.raises(TypeError, match="a fact id must be a str, got int"):
+            pc.memory.update(5, "Ana drinks Quillberry tea")
+        # a task queued with a scope that is not one (by an older version) is dropped and counted
+        queue_turns(pc.idle_queue, "default", [(1, "User: my vault code is 8812 obsidian")], b"me")  # type: ignore[arg-type]
+        pc.idle()
+        assert pc.memory.extraction.bad_tasks == 1 and "memory_extract" not in pc.idle_queue.counts()
+        assert pc.memory.scopes() == []
     finally:
         pc.close()
