@@ -25,10 +25,11 @@ log = logging.getLogger("percache")
 if TYPE_CHECKING:
     from ..core.query import Query
     from ..rag.chunking import Chunk
+    from ..request import Prefilled
     from .assistant import Assistant
 
 __all__ = ["QA_DRAFT_SIMILARITY", "qa_drafts", "AUTO_RELEVANCE", "DEFAULT_MAX_NEW_TOKENS", "Answer", "ask", "best_relevance", "generate_answer", "no_documents_text",
-           "relevant", "request_cap", "segments_for"]
+           "prefill_checked", "relevant", "request_cap", "segments_for"]
 
 
 @dataclass
@@ -140,6 +141,16 @@ def _drop_gone(a: Assistant, known: Sequence[Chunk]) -> list[str]:
     if gone:
         forget_chunks(a.ctx, gone)
     return gone
+
+
+def prefill_checked(a: Assistant, segments: Sequence[Segment], **kwargs: Any) -> Prefilled:
+    """``Engine.prefill`` for idle work, then ask()'s check after storing: the K/V it stored
+    for a chunk that another handle or process removed meanwhile goes (:func:`_drop_gone`)."""
+    known = [c for s in segments if s.kind == "chunk" and s.id is not None
+             for c in a.hooks.resolve_chunks(a.ctx, [s.id]) or () if c.text == s.text]
+    prefilled = a.engine.prefill(segments, **kwargs)
+    _drop_gone(a, known)
+    return prefilled
 
 
 def _resolvable(a: Assistant, chunks: Sequence[Chunk]) -> list[Chunk]:

@@ -26,7 +26,7 @@ from ..rag.chunking import Document
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.knowledge import AddReport, KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
-from .ask import Answer, ask, generate_answer
+from .ask import Answer, ask, generate_answer, prefill_checked
 from .calibrate_task import CALIBRATE_KIND, WATCHED, measure_in_idle, queue_calibration
 from .disputes import correct as correct_entry
 from .disputes import dispute_paraphrases
@@ -62,7 +62,8 @@ class Assistant:
         self.ctx = AssistantContext(engine.ctx, lambda: self.embedder, lambda: self.idle_queue,
                                     lambda: self.prediction_state, foreground=self._foreground)
         self.idle_context = IdleContext(
-            self.ctx, generate=engine.generate, prefill=engine.prefill, tokenizer=engine.tokenizer,
+            self.ctx, generate=engine.generate, prefill=lambda segments, **kw: prefill_checked(self, segments, **kw),
+            tokenizer=engine.tokenizer,
             n_parameters=engine.n_parameters, prediction_state=lambda: self.prediction_state,
             answer=lambda query, scope, **kw: generate_answer(self, query, scope, **kw),
             served_paraphrases=self._served_paraphrases,

@@ -30,7 +30,8 @@ class IdleContext:
     :ivar ctx: the assistant's hook context: ``ctx.config``, ``ctx.hooks``, ``ctx.query(text)``,
         ``ctx.idle_queue`` (pass it to ``ctx.hooks.*`` calls).
     :ivar generate: ``Engine.generate`` (preempted by foreground requests).
-    :ivar prefill: ``Engine.prefill``.
+    :ivar prefill: ``Engine.prefill``, then the K/V it stored for a chunk another handle or
+        process removed meanwhile is deleted (``ask.prefill_checked``).
     :ivar tokenizer: the model's tokenizer.
     :ivar n_parameters: the model's parameter count (FLOP estimates).
     :ivar answer: ``answer(query, scope, *, origin, **generate_kwargs)``: retrieve, generate

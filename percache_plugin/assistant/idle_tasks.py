@@ -181,9 +181,10 @@ def _populate(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
         _account(c, report, "populate", ans.stats)
         return
     chunks = c.ctx.hooks.retrieve(c.ctx, query, c.ctx.config.top_k, task.scope)
+    # the entry first: the prefill's check of its chunks afterwards then sees it too
+    c.ctx.hooks.qa_store(c.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
     pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks))
     _account(c, report, "populate", pre.stats)
-    c.ctx.hooks.qa_store(c.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
 
 
 def _decode(c: IdleContext, task: IdleTask, report: IdleReport) -> None:

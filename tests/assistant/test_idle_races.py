@@ -81,13 +81,9 @@ def test_an_answer_computed_while_its_document_changes_is_not_kept(tmp_path: Pat
     pc.close()
 
 
-def test_an_answer_computed_while_another_handle_removes_its_document_leaves_no_kv(tmp_path: Path) -> None:
-    # two handles on one store: the removal cannot hold the other handle's engine, so the
-    # answer's own check after storing it (the store on disk) takes what it stored back
-    pc, other = _pc(tmp_path), _pc(tmp_path)
-    pc.add_documents([SECRET, BEN], scope="me")
-    gone = {c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"}
-    pc.idle_queue.push("answer", Q, "me")
+def _idle_while_another_handle_removes(pc: percache.PerCache, other: percache.PerCache) -> None:
+    """Run ``pc``'s idle work in a thread; ``other`` removes document ``zz`` while the first
+    request is held at its start."""
     pause = PauseFirstBackgroundRequest()
     pc.plugins.register(pause)
 
@@ -102,6 +98,16 @@ def test_an_answer_computed_while_another_handle_removes_its_document_leaves_no_
     pause.go.set()
     idle.join(60)
     assert not idle.is_alive()
+
+
+def test_an_answer_computed_while_another_handle_removes_its_document_leaves_no_kv(tmp_path: Path) -> None:
+    # two handles on one store: the removal cannot hold the other handle's engine, so the
+    # answer's own check after storing it (the store on disk) takes what it stored back
+    pc, other = _pc(tmp_path), _pc(tmp_path)
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = {c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"}
+    pc.idle_queue.push("answer", Q, "me")
+    _idle_while_another_handle_removes(pc, other)
     assert not any(set(e.sources) & gone for e in pc.qa_bank.entries())
     stores = pc.engine.ctx.every_store()
     assert not any(n.extra.get("chunk") in gone for s in stores for n in s.nodes())
@@ -135,3 +141,20 @@ def test_predictions_from_a_chunk_another_handle_removes_meanwhile_are_not_kept(
     pc.close()
     other.close()
     assert files_holding(tmp_path, [b"zorblax"]) == []
+
+
+@pytest.mark.parametrize("kind", ["warm", "populate"])
+def test_kv_prefilled_while_another_handle_removes_its_chunk_is_not_kept(tmp_path: Path, kind: str) -> None:
+    pc, other = _pc(tmp_path), _pc(tmp_path)
+    pc.configure(similarity_threshold=0.95, population_cutoff=0.9,  # populate prefills only
+                 kv_warm=kind == "warm")
+    pc.add_documents([SECRET], scope="me")
+    gone = {c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"}
+    pc.idle_queue.push(kind, next(iter(gone)) if kind == "warm" else Q, "me")
+    _idle_while_another_handle_removes(pc, other)
+    stores = pc.engine.ctx.every_store()
+    assert not any(n.extra.get("chunk") in gone for s in stores for n in s.nodes())
+    assert not any(set(e.sources) & gone for e in pc.qa_bank.entries())
+    pc.close()
+    other.close()
+
