@@ -8,7 +8,10 @@ K/V cache); hybrid models whose cache holds a recurrent state for some layers (l
 attention, Mamba or convolution layers beside attention layers, named in the config's
 ``layer_types``), where a prefix's state cannot be assembled from per-chunk K/V; and models
 transformers itself marks stateful (``_is_stateful``: a cache that cannot be cropped or rolled
-back, such as Falcon-H1's parallel Mamba heads or DeepSeek-V4's compressed cache).
+back, such as Falcon-H1's parallel Mamba heads or DeepSeek-V4's compressed cache). A fourth kind
+has per-token K/V but not causal attention: ``use_bidirectional_attention`` (Gemma's configs,
+True or "all"; "vision" keeps text causal) lets every token attend to later ones, so a prefix's
+K/V depends on what follows it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ def reuse_limitation(model: Any) -> str:
     if recurrent:
         return (f"hybrid model: layers of type {', '.join(recurrent)} keep a recurrent state, "
                 "not per-token K/V; a prefix's state cannot be assembled from chunk K/V")
+    bidirectional = getattr(config, "use_bidirectional_attention", None)
+    if bidirectional is True or bidirectional == "all":
+        return (f"bidirectional attention (use_bidirectional_attention={bidirectional!r}): every "
+                "token attends to later ones too, so a prefix's K/V depends on what follows it "
+                "and chunk K/V cannot be reused")
     if getattr(type(model), "_is_stateful", False):
         return (f"{name} keeps a state in its cache that is not per-token K/V (transformers marks "
                 "it stateful: the cache cannot be cropped or rolled back); a prefix's state "
@@ -62,8 +70,8 @@ def reuse_limitation(model: Any) -> str:
 
 
 class UnsupportedModelError(TypeError):
-    """The model keeps non-attention state, so chunk K/V reuse cannot apply; the message says
-    why."""
+    """The model keeps non-attention state, or its attention is not causal, so chunk K/V reuse
+    cannot apply; the message says why."""
 
 
 def check_reusable(model: Any) -> None:
@@ -71,6 +79,6 @@ def check_reusable(model: Any) -> None:
     reason = reuse_limitation(model)
     if reason:
         raise UnsupportedModelError(
-            f"percache cannot be enabled on {type(model).__name__}: {reason}. Recurrent and "
-            "hybrid models are not supported (docs/capability-matrix.md lists them); use the "
-            "model without percache.")
+            f"percache cannot be enabled on {type(model).__name__}: {reason}. Recurrent, "
+            "hybrid and bidirectional models are not supported (docs/capability-matrix.md lists "
+            "them); use the model without percache.")

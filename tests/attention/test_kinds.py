@@ -62,6 +62,17 @@ def test_recurrent_and_hybrid_models_are_refused_at_enable(family: str) -> None:
     assert model.config._attn_implementation != "percache"
 
 
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
+def test_bidirectional_attention_is_refused(family: str) -> None:
+    # Served before: warm requests 0.04-0.2 off plain generate's first-token logits, other tokens.
+    model, tok = tiny_pair(family, use_bidirectional_attention=True)
+    assert "bidirectional attention" in reuse_limitation(model)
+    with pytest.raises(percache.UnsupportedModelError, match="later ones"):
+        percache.enable(model, tok)
+    causal, _ = tiny_pair(family, use_bidirectional_attention=False)
+    assert reuse_limitation(causal) == ""
+
+
 def test_attention_models_still_enable() -> None:
     model, tok = tiny_pair("llama")
     assert reuse_limitation(model) == ""
