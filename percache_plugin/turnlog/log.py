@@ -133,14 +133,22 @@ class TurnLog:
 
     def forget_fact(self, fact_id: str) -> int:
         """Clear the ``context_hash`` and ``prompt_tokens`` of every turn that recalled memory
-        fact ``fact_id`` (a forgotten fact): the hash of a context holding its text would
-        confirm a guess of that text, the prompt's length less the rest of the logged context
-        is the fact's length, and the session no longer holds that context. The turn's message,
-        reply and ``fact_ids`` (ids only, tombstones) stay. Returns the rows changed."""
+        fact ``fact_id`` (a forgotten fact) and of every later turn of its session (the fact
+        stayed in their context: in the history as text, or in the memory region; a reset or
+        an eviction may have taken it out sooner, and those lose theirs too): the hash of a
+        context holding its text would confirm a guess of that text, the prompt's length less
+        the rest of the logged context is the fact's length, and the session no longer holds
+        that context. The turn's message, reply and ``fact_ids`` (ids only, tombstones) stay.
+        Returns the rows changed."""
         with self._lock, transaction(self.db):
-            rows = self.db.execute("SELECT log_id, fact_ids FROM turn_log "  # rows of older forgets too
-                                   "WHERE context_hash != '' OR prompt_tokens != 0").fetchall()
-            hit = [(log_id,) for log_id, ids in rows if fact_id in json.loads(ids)]
+            rows = self.db.execute("SELECT log_id, session, fact_ids, context_hash != '' OR prompt_tokens != 0 "
+                                   "FROM turn_log ORDER BY log_id").fetchall()
+            held: set[str] = set()  # sessions whose context held the fact from a logged turn on
+            hit = []
+            for log_id, session, ids, hashed in rows:
+                if session in held or fact_id in json.loads(ids):
+                    held.add(session)
+                    hit += [(log_id,)] if hashed else []
             self.db.executemany("UPDATE turn_log SET context_hash = '', prompt_tokens = 0 WHERE log_id = ?", hit)
         if hit and self.path is not None:  # no old WAL frame keeps the hash
             with self._lock:
