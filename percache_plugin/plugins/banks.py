@@ -49,7 +49,7 @@ class KnowledgeRetrieval:
                                        chunk_words=ctx.config.chunk_words)
             self._bank.before_remove = lambda ids: forget_chunks(ctx, ids)
             self._bank.guard = ctx.foreground  # idle work computing from them stops first
-            self._bank.after_remove = lambda report: ctx.hooks.documents_added(ctx, report)
+            self._bank.after_remove = lambda report: _removed(ctx, report)
         return self._bank
 
     def set_chunk_words(self, words: int) -> None:
@@ -100,6 +100,14 @@ class KnowledgeRetrieval:
         if not all(i in bank.index for i in ids):
             return None
         return [bank.chunk(i) for i in ids]
+
+
+def _removed(ctx: AssistantContext, report: AddReport) -> None:
+    """Once chunks are deleted: what was built on them goes again (another handle or process
+    may have stored an answer or K/V since the first pass, its own check passing while the
+    chunks were still there), and the answers of their scopes are checked against retrieval."""
+    forget_chunks(ctx, report.replaced_chunks)
+    ctx.hooks.documents_added(ctx, report)
 
 
 class QABankPlugin:

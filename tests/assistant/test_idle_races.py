@@ -158,3 +158,27 @@ def test_kv_prefilled_while_another_handle_removes_its_chunk_is_not_kept(tmp_pat
     pc.close()
     other.close()
 
+
+
+def test_an_answer_stored_between_a_removals_forgetting_and_its_delete_goes(tmp_path: Path) -> None:
+    # another handle answers after the removal forgot what was built on the chunk but before it
+    # deleted the chunk's rows: its own check still resolves the chunk, so the removal must look again
+    pc, other = _pc(tmp_path), _pc(tmp_path)
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = {c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"}
+    forget = other.knowledge.before_remove
+    answers: list[percache.Answer] = []
+
+    def forget_then_answer(ids: frozenset[str]) -> None:
+        forget(ids)
+        answers.append(pc.ask(Q, scope="me", **GEN))
+
+    other.knowledge.before_remove = forget_then_answer
+    other.knowledge.remove_document("zz", "me")
+    assert answers[0].source == "generated" and set(answers[0].sources) & gone  # the premise
+    assert not any(set(e.sources) & gone for e in pc.qa_bank.entries())
+    stores = pc.engine.ctx.every_store()
+    assert not any(n.extra.get("chunk") in gone for s in stores for n in s.nodes())
+    pc.close()
+    other.close()
+    assert files_holding(tmp_path, NEEDLES) == []
