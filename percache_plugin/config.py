@@ -428,7 +428,7 @@ class Config:
         "once as a token tree (decode/tree.py: shared prefixes merged, each node attending to "
         "its own path only, the walked path's K/V kept), sized by the verify cost curve. The "
         "tokens are still those of plain greedy decoding (to float rounding). Used only for "
-        "models without sliding-window or chunked attention, with a plain DynamicCache and no extra mask "
+        "models without sliding-window, local or chunked attention or ALiBi, with a plain DynamicCache and no extra mask "
         "function (stats.draft_tree_forwards counts such forwards). False: one draft per forward.",
         False,
     )

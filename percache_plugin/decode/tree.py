@@ -204,9 +204,10 @@ def keep_path(cache: Any, past: int, path: Sequence[int]) -> None:
 
 
 def tree_model_reason(model: Any) -> str:
-    """Why token trees are not used for ``model`` ("" when they can be): sliding-window or
+    """Why token trees are not used for ``model`` ("" when they can be): sliding-window, local or
     chunked attention, or any layer type but ``full_attention`` (an explicit 4D mask replaces the
-    model's own masks), or no ``position_ids`` argument."""
+    model's own masks); ALiBi (its biases are built from a 2D mask); or no ``position_ids``
+    argument."""
     import inspect
 
     if "position_ids" not in inspect.signature(model.forward).parameters:
@@ -219,6 +220,10 @@ def tree_model_reason(model: Any) -> str:
         return "sliding-window attention"
     if kinds:  # chunked attention (Llama 4), or a kind whose mask percache does not build
         return f"layers of type {', '.join(sorted(map(str, kinds)))}: their mask is the model's own"
+    if "local" in (getattr(cfg, "attention_layers", None) or ()):  # GPT-Neo's window_size layers
+        return "local attention layers: their window is the model's own mask"
+    if getattr(cfg, "alibi", False) is True or getattr(cfg, "position_embedding_type", "") == "alibi":
+        return "ALiBi: its position biases are built from a 2D attention mask"
     return ""
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
-from transformers import DynamicCache
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
 import percache_plugin as percache
 from percache_plugin.decode import (
@@ -24,8 +26,9 @@ from percache_plugin.decode.tree import (
     tree_model_reason,
     tree_usable,
 )
-from tests.helpers import SEGMENTS, baseline, tiny_pair
+from tests.helpers import SEGMENTS, VOCAB, baseline, tiny_pair
 from tests.models import MASK_FAMILIES, TINY_FAMILIES
+from tests.tokenizer import byte_tokenizer
 
 N = 24
 FREE = (1.0,)
@@ -125,6 +128,36 @@ def test_bare_loop_equals_generate_and_the_negative_control_fails(family: str) -
         outs[cls], trees[cls] = out[0, len(ids):].tolist(), loop.counts.tree_forwards
     assert outs[DraftedDecoding] == plain and trees[DraftedDecoding] > 0
     assert outs[_FollowsAnyChild] != plain  # the equality above can fail
+
+
+def _legacy(model_type: str, **config: Any) -> Any:
+    cfg = AutoConfig.for_model(model_type, vocab_size=VOCAB, hidden_size=64, num_attention_heads=4,
+                               initializer_range=0.2, **config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return AutoModelForCausalLM.from_config(cfg).eval()
+
+
+# GPT-Neo's local layers (window 8 over a 200-token prompt) gave other tokens than plain greedy
+# decoding under a tree's 4D mask; Falcon with ALiBi raised.
+@pytest.mark.parametrize(("model_type", "config", "reason"), [
+    ("gpt_neo", {"num_layers": 2, "attention_types": [[["global", "local"], 1]], "window_size": 8},
+     "local attention"),
+    ("falcon", {"num_hidden_layers": 2, "alibi": True}, "ALiBi"),
+])
+def test_trees_are_off_for_local_attention_and_alibi(model_type: str, config: dict[str, Any],
+                                                     reason: str) -> None:
+    model = _legacy(model_type, **config)
+    tok = byte_tokenizer()
+    pc = percache.enable(model, tok, draft_verify_cost=FREE, draft_tree=True)
+    plain, _ = baseline(model, pc.prompt(SEGMENTS).input_ids, max_new_tokens=N)
+    near = [_wrong_every(plain, 3, 7), _wrong_every(plain, 4, 11)]
+    hints = DraftHints(texts={"qa_bank": [tok.decode(n) for n in near]},
+                       token_ids={"session": [_wrong_every(plain, 5, 13)]})
+    gen = pc.generate(SEGMENTS, max_new_tokens=N, drafts=hints)
+    assert gen.token_ids == plain and gen.stats.draft_tree_forwards == 0
+    assert reason in tree_model_reason(model)
+    pc.close()
 
 
 def test_trees_are_off_for_sliding_windows_and_extra_masks() -> None:
