@@ -331,7 +331,8 @@ class Config:
         "How evicted turns leave a session's cache: 'exact' drops them and recomputes the turns "
         "after them (equals a fresh prefill of what remains); 'shifted' deletes their slots and "
         "RoPE-shifts later keys back (approximate, reported in stats); 'masked' keeps the slots "
-        "but excludes them from attention (approximate; pc.sessions.compact(name) frees them).",
+        "but excludes them from attention (approximate; pc.sessions.compact(name) frees them; "
+        "on a model without the attention hook it evicts exactly, said in stats.fallback).",
         "exact",
     )
     session_low_water: float = _help(

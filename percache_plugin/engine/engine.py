@@ -234,7 +234,9 @@ class Engine:
     def drafting(self, prompt: Prompt, kwargs: dict[str, Any], hints: DraftHints | None,
                  stats: GenerationStats) -> DraftedDecoding | None:
         """The drafted decoding loop for a request decoding ``prompt`` with ``kwargs`` (hand it to
-        :func:`~percache_plugin.decode.run_generate`), or None (``stats.drafting`` says why)."""
+        :func:`~percache_plugin.decode.run_generate`), or None (``stats.drafting`` says why).
+        Raises where a plugin's extra mask cannot apply to the model (``ModelSwitch.check_masks``)."""
+        self._switch.check_masks()  # every generate() and chat turn comes here
         return self.drafts.for_request(self.ctx, self.hooks, prompt, kwargs, hints, stats,
                                         enabled=self.enabled, mask_function=self._switch.mask_function)
 

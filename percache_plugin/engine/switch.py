@@ -74,6 +74,15 @@ class ModelSwitch:
             return None
         return self._hooks.mask_function(self._ctx)
 
+    def check_masks(self) -> None:
+        """Raise where a plugin has an extra mask that cannot apply: the model's attention does
+        not go through percache's masks (Falcon, GPT-J, Bloom, ...), so it would be ignored."""
+        if not self.installed.active and self.mask_function() is not None:
+            raise RuntimeError(
+                f"a plugin's percache_mask_function cannot apply to {type(self._model).__name__}: "
+                f"its attention does not go through percache's masks ({self.installed.reason}); "
+                "the mask would be ignored")
+
     @contextlib.contextmanager
     def lifted(self) -> Iterator[None]:
         """The model's own attention inside the block."""

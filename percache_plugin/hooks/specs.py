@@ -598,7 +598,10 @@ def percache_mask_function(ctx: EngineContext) -> MaskFunction | None:
     ``transformers.masking_utils.and_masks`` and ANDed into the model's own mask, so a position
     is attended only where the model's mask and every extra mask allow it. With an extra mask
     the causal shortcut (no mask) is off. Every query row must keep at least one key, or sdpa
-    returns NaN. Masking saves no compute (a masked slot is still multiplied).
+    returns NaN. Masking saves no compute (a masked slot is still multiplied). A model whose
+    attention does not go through transformers' ``AttentionInterface`` (Falcon, GPT-J, Bloom,
+    ...) builds no mask percache can extend: every request then raises while a plugin returns a
+    mask, instead of ignoring it.
 
     :param ctx: the engine context.
     :return: ``fn(batch_idx, head_idx, q_idx, kv_idx) -> bool`` over cache slots (== positions),

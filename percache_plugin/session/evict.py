@@ -68,6 +68,10 @@ def make_room(engine: Engine, session: Session, incoming: int, message: str, sta
     stats.turns_evicted = len(victims)
     stats.tokens_evicted = sum(t.n_tokens for t in victims)
     stats.eviction = mode
+    if mode == "masked" and not engine.capabilities.attention_hook:
+        stats.fallback = (f"masked eviction unavailable ({engine.capabilities.reasons.get('attention_hook', '')}); "
+                          "evicted exactly")
+        mode = "exact"
     if mode == "shifted" and engine.shifter is None:
         stats.fallback = f"shifted eviction unavailable ({engine.capabilities.reasons.get('shifted_reuse', '')}); evicted exactly"
         mode = "exact"
