@@ -11,7 +11,7 @@ so no old frame holds the text (deleted rows are zeroed by ``secure_delete``).
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -142,6 +142,19 @@ class Memory:
         # the drop above; the sessions' listeners waited for it to end (the session's lock).
         late = drop_kv(stores, fact_id, set(), None, None)
         return replace(report, kv_nodes=report.kv_nodes + late)
+
+    def forget_again(self, fact_ids: Iterable[str]) -> builtins.list[str]:
+        """Forget once more those of ``fact_ids`` that are forgotten (tombstoned): a chat turn
+        that recalled one before another handle or process forgot it saved it after (see
+        ``RegionMemory.recheck``). Returns their ids."""
+        plugin = self._plugin()
+        if plugin is None:
+            return []
+        bank = plugin.bank(self._ctx)
+        gone = [fact_id for fact_id in dict.fromkeys(fact_ids) if bank.tombstoned(fact_id)]
+        for fact_id in gone:
+            self.forget(fact_id)
+        return gone
 
     def forget_session(self, session: str) -> builtins.list[str]:
         """What memory drew from a deleted session: its turns queued for extraction leave the idle

@@ -112,14 +112,28 @@ class RegionMemory:
     current: Current = field(default=lambda fact_id: None)
     # ``after_turn(session, message, reply, scope)``: queue the turn for extraction
     after_turn: Callable[[str, str, Reply, str | None], object] | None = None
+    # ``forget_again(fact_ids)``: forget once more those of the facts that are forgotten
+    forget_again: Callable[[list[str]], object] | None = None
 
-    def turn_done(self, engine: Engine, session: str, message: str, reply: Reply, scope: str | None) -> None:
+    def turn_done(self, engine: Engine, session: Session, message: str, reply: Reply,
+                  scope: str | None) -> list[str]:
         """Queue the turn for extraction, called holding the session's lock: a delete of the
         session waits for it, then drops it from the queue (queued after the delete, its facts
-        would come back). Best effort: the reply stands, ``reply.stats.store_errors`` counts it."""
+        would come back). Best effort: the reply stands, ``reply.stats.store_errors`` counts it.
+        Returns the ids of the facts the session holds (region, turns that recalled facts)."""
         if self.after_turn is not None:
             with best_effort("queueing the turn for memory extraction", engine.stats(), reply.stats):
-                self.after_turn(session, message, reply, scope)
+                self.after_turn(session.name, message, reply, scope)
+        return list(dict.fromkeys([f.fact_id for f in session.memory] + [f for t in session.turns for f in t.fact_ids]))
+
+    def recheck(self, engine: Engine, held: list[str], reply: Reply) -> None:
+        """After the turn saved and released the session: forget again the facts of ``held``
+        forgotten meanwhile. Another handle's or process's ``forget`` cannot wait for this turn,
+        which recalled the fact before and saved it (region, turn ids, K/V) after; either that
+        forget's cleaning sees the saved turn, or this check sees the fact forgotten."""
+        if held and self.forget_again is not None:
+            with best_effort("forgetting facts forgotten during the turn", engine.stats(), reply.stats):
+                self.forget_again(held)
 
     def turn(self, session: Session, message: str, scope: str | None, stats: ChatStats,
              engine: Engine) -> tuple[str, list[RegionFact] | None]:

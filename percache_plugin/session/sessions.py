@@ -261,7 +261,7 @@ class Sessions:
     def attach_memory(self, memory: Any) -> None:
         """Recall facts from ``memory`` (``pc.memory``) and take the facts it forgets out of sessions."""
         self.memory.recall, self.memory.current = memory.recall, memory.current
-        self.memory.after_turn = memory.after_turn
+        self.memory.after_turn, self.memory.forget_again = memory.after_turn, memory.forget_again
         self.deleted.append(memory.forget_session)
         memory.forgotten.append(self.forget_fact)
         memory.forgotten.append(self.log.forget_fact)  # no hash of a context that held the fact
@@ -298,8 +298,9 @@ class Sessions:
                         self._personas.snapshot(state, stats)
                     self._save(state, reply)
                     log_turn(self.log, engine, state, reply)
-                    self.memory.turn_done(engine, session, message, reply, memory_scope)
-                return reply
+                    held = self.memory.turn_done(engine, state, message, reply, memory_scope)
+        self.memory.recheck(engine, held, reply)  # outside the locks: forgetting takes them
+        return reply
 
     def _load_under(self, persona: str, name: str) -> None:
         """Load session ``name`` from the store of the weights persona ``persona`` runs under

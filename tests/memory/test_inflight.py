@@ -1,9 +1,12 @@
-"""A fact forgotten while a request that recalled it is running: nothing that request builds on
-the fact outlives the forget (its K/V, its stored answer). A session deleted as its turn ends:
-the turn is not extracted afterwards."""
+"""A fact forgotten while a request that recalled it is running, in this handle or another:
+nothing that request builds on the fact outlives the forget (its K/V, its stored answer, the
+saved session's region or turn ids). A session deleted as its turn ends: the turn is not
+extracted afterwards."""
 
 from __future__ import annotations
 
+import copy
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -67,8 +70,8 @@ def test_a_spliced_fact_forgotten_during_the_turn_that_recalled_it_keeps_no_kv(t
         reply, report = _forget_while_running(pc, fact.id, lambda pause: pc.chat(
             ASK, session="s", memory_scope="me", max_new_tokens=3, streamer=pause))
         assert fact.id in reply.stats.fact_ids and reply.stats.memory_facts_stored >= 1
-        assert report.kv_nodes >= 1  # the K/V the turn stored after the rows went
-        assert _fact_nodes(pc, fact.id) == []
+        assert report.fact_id == fact.id
+        assert _fact_nodes(pc, fact.id) == []  # the K/V the turn stored after the rows went
         assert fact.id not in [f.fact_id for f in pc.sessions.get("s").memory]
     finally:
         pc.close()
@@ -129,3 +132,41 @@ def test_a_session_deleted_as_its_turn_ends_is_not_extracted_afterwards(tmp_path
         assert [f.text for s in pc.memory.scopes() for f in pc.memory.list(s)] == []
     finally:
         pc.close()
+
+
+def _files_holding(root: Path, needles: list[bytes]) -> list[str]:
+    return [f"{p.name}: {n[:24]!r}" for p in root.rglob("*") if p.is_file()
+            for n in needles if n in p.read_bytes().lower()]
+
+
+@pytest.mark.parametrize("mode", ["text", "splice"])
+def test_a_fact_forgotten_by_another_handle_during_a_turn_that_recalled_it_is_not_saved_back(
+        tmp_path: Path, mode: str) -> None:
+    model, tok = tiny_pair("llama")
+    config: dict[str, Any] = dict(store=tmp_path, embedder="hash", predict="off", memory_recall=True,
+                                  memory_threshold=0.0, memory_recall_mode=mode)
+    forgetting = percache.enable(model, tok, **config)
+    chatting = percache.enable(copy.deepcopy(model), tok, **config)
+    try:
+        fact = forgetting.memory.add(SECRET, scope="me").fact
+        forgetting.memory.add("Zorblax owns a red bicycle", scope="me")
+        forgetting.memory.add("Bob repairs old radios", scope="me")
+        chatting.sessions.create("s", system="Be brief.")
+        pause, out = Pause(), {}
+        worker = threading.Thread(target=lambda: out.setdefault("reply", chatting.chat(
+            ASK, session="s", memory_scope="me", max_new_tokens=3, streamer=pause)))
+        worker.start()
+        assert pause.paused.wait(30)
+        forgetting.memory.forget(fact.id)  # cannot wait for the other handle's turn
+        pause.go.set()
+        worker.join(30)
+        assert fact.id in out["reply"].stats.fact_ids
+        ids = tok(SECRET, add_special_tokens=False)["input_ids"]
+        needles = [json.dumps(ids)[1:-1].encode(), b"4417 quartz"]
+        assert _files_holding(tmp_path, needles) == []
+        assert _fact_nodes(forgetting, fact.id) == []
+        assert SECRET not in tok.decode(chatting.sessions.get("s").ids)
+    finally:
+        chatting.close()
+        forgetting.close()
+    assert _files_holding(tmp_path, needles) == []
