@@ -57,8 +57,11 @@ def _change_while_a_task_runs(pc: percache.PerCache, change: Callable[[percache.
     pause.go.set()
     changer.join(30)
     assert not changer.is_alive()
-    while pc.idle_queue.pending():  # the task ends (or runs again after a preemption)
+    for _ in range(6000):  # the task ends (or runs again after a preemption)
+        if not pc.idle_queue.pending():
+            break
         threading.Event().wait(0.01)
+    assert not pc.idle_queue.pending()
     pc.stop_idle_worker()
     assert worker.errors == []
 
