@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from pluggy import PluginValidationError
+
 __all__ = ["UsageError", "EXIT_USAGE", "USER_ERRORS", "format_error", "report"]
 
 EXIT_USAGE = 2
@@ -24,10 +26,11 @@ class UsageError(Exception):
         self.hint = hint
 
 
-# Exceptions that mean "the input is wrong", not "percache is broken".
+# Exceptions that mean "the input is wrong", not "percache is broken" (a plugin the user gave
+# that pluggy refuses to register, e.g. an argument its hook does not have, is input too).
 USER_ERRORS: tuple[type[Exception], ...] = (
     UsageError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-    ValueError, KeyError, ModuleNotFoundError, OSError,
+    ValueError, KeyError, ModuleNotFoundError, OSError, PluginValidationError,
 )
 
 

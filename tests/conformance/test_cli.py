@@ -63,6 +63,19 @@ def test_plugin_from_a_bad_file_exit_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert "cannot import plugin" in err and "SyntaxError" in err and err.count("\n") == 1
 
 
+def test_a_plugin_pluggy_refuses_exit_2_naming_it(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "extra_arg_plugin.py"
+    bad.write_text("from percache_plugin import hookimpl\n\n\n@hookimpl\n"
+                   "def percache_attention(ctx, module, query, key, value, attention_mask, kwargs, extra):\n"
+                   "    return None\n")
+    # Before, a traceback from pluggy's registration.
+    assert main(["conformance", "tiny:llama", "--plugin", str(bad), *QUICK]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("percache: error: Plugin 'percache_plugin_file_extra_arg_plugin'")
+    assert "'extra'" in err and err.count("\n") == 1
+
+
 def test_plugin_from_a_file(tmp_path: Path) -> None:
     good = tmp_path / "myplugin.py"
     good.write_text("class Nothing:\n    pass\n")
