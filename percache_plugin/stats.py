@@ -127,8 +127,8 @@ class StatsTotals:
     draft_curves_ignored: int = 0
     # Measuring that curve (pc.measure_verify_cost(), the idle task 'calibrate'): runs started,
     # runs stopped between forwards (preempted), forwards timed and kept by an unfinished
-    # measuring for its next run, tokens computed, and of those the tokens stopped runs computed
-    # for nothing (each run's cache and warm-up forwards; filled by pc.stats())
+    # measuring for its next run, tokens computed, and of those the tokens no curve stands for
+    # (stopped runs' warm-up forwards, what a discarded measuring kept; filled by pc.stats())
     calibration_runs: int = 0
     calibration_preempted: int = 0
     calibration_points: int = 0

@@ -12,12 +12,12 @@ from its next request on and every later handle on the store from its first.
 
 The measuring yields like any idle task: the check between forwards stops it within one forward
 (a background worker's when a foreground call waits; an explicit ``idle(budget_s=...)``'s when
-the budget passes); nothing is stored and the task stays queued. The forwards it timed are kept
-(``DraftSetup.calibrations``, by model, machine and arguments, in this handle's memory): the next
-run builds the cache again, warms up and times only the forwards still missing, so idle gaps
-shorter than the whole measuring add up to a curve under steady traffic (a gap must hold the
-cache, the warm-up rounds and a forward to add one). ``pc.stats()`` counts the runs, the stopped
-ones, the forwards kept and the tokens the stopped runs computed for nothing (their caches and
+the budget passes); nothing is stored and the task stays queued. The forwards it timed and its
+cache are kept (``DraftSetup.calibrations``, by model, machine and arguments, in this handle's
+memory): the next run completes the cache, warms up one round and times only the forwards still
+missing, so idle gaps shorter than the whole measuring add up to a curve under steady traffic (a
+gap must hold the warm-up round and a forward to add one). ``pc.stats()`` counts the runs, the
+stopped ones, the forwards kept and the tokens the stopped runs computed for nothing (their
 warm-ups: ``calibration_tokens_abandoned``). A task that finds the curve no longer needed (stored meanwhile, drafting off, a
 curve given, calibration off, or a model whose context cannot hold the measuring) leaves the
 queue, counted in ``IdleReport.skipped_by_kind``. Its compute (the cache built for it and the

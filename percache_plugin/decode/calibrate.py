@@ -6,9 +6,9 @@ A forward keeps ``k + 1`` logits (``logits_to_keep``, as the drafted decoding lo
 cache is cropped back after it, so every forward sees the same cache. The values of ``k`` are
 interleaved in every repeat (forwards, then backwards), so a change of load during the run
 touches every ``k`` alike; the first rounds warm up and are not counted. A measuring stopped
-between forwards (idle time yielding to a request) keeps what it timed in its
-:class:`CalibrationProgress`, and the next run times only the forwards still missing, so short
-idle gaps add up to a curve. ``benchmarks/verify_cost.py``
+between forwards (idle time yielding to a request) keeps what it timed and the cache it built
+in its :class:`CalibrationProgress`; the next run warms up one round and times only the
+forwards still missing, so short idle gaps add up to a curve. ``benchmarks/verify_cost.py``
 runs :func:`time_forwards` over several set-ups side by side; :meth:`PerCache.measure_verify_cost`
 runs :func:`measure_curve` over the handle's own model and set-up.
 """
@@ -30,13 +30,16 @@ from ..core.preemption import Preempted
 from .chunked import StopCheck, prefill_chunked
 from .generate import context_limit
 
-__all__ = ["Route", "time_forwards", "measure_curve", "check_arguments", "fit_cached",
-           "synchronizer", "WARMUP_ROUNDS", "MEASURE_DEFAULTS", "CalibrationProgress", "MeasuringStopped"]
+__all__ = ["Route", "time_forwards", "measure_curve", "check_arguments", "fit_cached", "synchronizer",
+           "WARMUP_ROUNDS", "RESUME_WARMUP_ROUNDS", "MEASURE_DEFAULTS", "CalibrationProgress", "MeasuringStopped"]
 
 Route = Callable[[int], AbstractContextManager[Any]]
 """The context a forward feeding ``k`` draft tokens runs in (e.g. packed linear weights for ``k >= 1``)."""
 
 WARMUP_ROUNDS = 2
+RESUME_WARMUP_ROUNDS = 1
+"""Warm-up rounds of a run resuming a stopped measuring (the model ran other requests meanwhile;
+its first rounds already warmed up the shapes and allocations of the first run)."""
 MEASURE_DEFAULTS: Mapping[str, int] = MappingProxyType({"cached_tokens": 1500, "max_k": 16, "repeats": 9})
 """What ``pc.measure_verify_cost()`` and the idle ``calibrate`` task measure by default."""
 Times = dict[tuple[str, int], list[float]]
@@ -48,19 +51,29 @@ class CalibrationProgress:
     per model, machine and arguments), and what those runs cost.
 
     :ivar times: seconds of each forward timed so far, by ``(set-up, k)``; kept when a run stops.
+    :ivar cache: the measuring's cache (random ids) as a stopped run left it, holding ``cached``
+        positions; None once the measuring finished or was discarded.
     :ivar runs: runs started; ``preempted``: runs stopped between forwards.
     :ivar tokens: tokens every run computed (the cache, warm-up and timed forwards).
-    :ivar tokens_abandoned: of those, what stopped runs computed that no kept time stands for:
-        the cache each built and its warm-up forwards (the next run computes them again).
-    :ivar finished: the last run returned a curve (a new run starts from no times).
+    :ivar tokens_abandoned: of those, what no curve stands for: the warm-up forwards of stopped
+        runs, and whatever :meth:`discard` dropped.
+    :ivar finished: the last run returned a curve (a new run starts from nothing).
     """
 
     times: Times = field(default_factory=dict)
+    cache: Any = None
+    cached: int = 0
     runs: int = 0
     preempted: int = 0
     tokens: int = 0
     tokens_abandoned: int = 0
     finished: bool = False
+
+    def discard(self) -> None:
+        """Drop the kept times and cache (counted as abandoned): the next run starts afresh."""
+        if not self.finished:
+            self.tokens_abandoned += self.cached + sum((k + 1) * len(v) for (_, k), v in self.times.items())
+        self.times, self.cache, self.cached, self.finished = {}, None, 0, False
 
     @property
     def points(self) -> int:
@@ -79,9 +92,10 @@ class MeasuringStopped(Preempted):
 def time_forwards(model: Any, cache: Any, ids: Sequence[int], cached: int, ks: Sequence[int],
                   routes: Mapping[str, Route], repeats: int, *,
                   inputs: Callable[[str, int], dict[str, Any]] | None = None,
-                  step: Callable[[int, bool], object] | None = None, times: Times | None = None) -> Times:
+                  step: Callable[[int, bool], object] | None = None, times: Times | None = None,
+                  warmup: int = WARMUP_ROUNDS) -> Times:
     """Seconds of each forward, by set-up (a name of ``routes``) and ``k``: ``repeats`` of each,
-    timed in rounds after :data:`WARMUP_ROUNDS` uncounted ones.
+    timed in rounds after ``warmup`` uncounted ones.
 
     :param cache: holds ``ids[:cached]``; cropped back to them after every forward.
     :param ids: at least ``cached + max(ks) + 1`` token ids: a forward feeds ``ids[cached:cached + k + 1]``.
@@ -97,8 +111,8 @@ def time_forwards(model: Any, cache: Any, ids: Sequence[int], cached: int, ks: S
     for key in ((s, k) for s in names for k in ks):
         times.setdefault(key, [])
     r = 0
-    while r < WARMUP_ROUNDS or any(len(times[s, k]) < repeats for s in names for k in ks):
-        timed = r >= WARMUP_ROUNDS
+    while r < warmup or any(len(times[s, k]) < repeats for s in names for k in ks):
+        timed = r >= warmup
         for name in (names if r % 2 == 0 else names[::-1]):
             for k in (ks if r % 2 == 0 else ks[::-1]):
                 if timed and len(times[name, k]) >= repeats:
@@ -148,9 +162,10 @@ def measure_curve(model: Any, *, cached_tokens: int, max_k: int, repeats: int,
 
     ``should_stop`` (idle-time measuring) is checked before every forward, the cache built in
     forwards of at most ``prefill_chunk`` tokens then; when it returns True the run stops with
-    :class:`MeasuringStopped` (a ``Preempted``). The forwards it timed stay in ``resume``: a later
-    call with it builds the cache, warms up and times only the forwards still missing, then
-    returns the curve of all of them (``resume.finished``); its counters say what the runs cost.
+    :class:`MeasuringStopped` (a ``Preempted``). The forwards it timed and its cache stay in
+    ``resume``: a later call with it completes the cache, warms up :data:`RESUME_WARMUP_ROUNDS`
+    and times only the forwards still missing, then returns the curve of all of them
+    (``resume.finished``); its counters say what the runs cost.
 
     The cache holds random token ids (``seed``): a forward's time does not depend on which
     tokens it computes. Ratios below 1.0 (a verify forward measured faster than a one-token
@@ -163,12 +178,16 @@ def measure_curve(model: Any, *, cached_tokens: int, max_k: int, repeats: int,
     from transformers import DynamicCache
 
     state = resume if resume is not None else CalibrationProgress()
-    if state.finished:
-        state.times, state.finished = {}, False
+    if state.finished or should_stop is None:  # a run that cannot stop measures all of it now
+        state.discard()
+    resumed = state.cache is not None
+    cache, start = (state.cache, state.cached) if resumed else (DynamicCache(), 0)
+    state.cache, state.cached = None, 0  # taken by this run; given back if it stops
     state.runs += 1
-    spent = [0, 0]  # this run's tokens, and those no kept time stands for (cache, warm-up)
+    spent = [0, 0]  # this run's tokens, and its warm-up's
 
-    def stopped() -> MeasuringStopped:
+    def stopped(positions: int) -> MeasuringStopped:
+        state.cache, state.cached = cache, positions
         state.preempted += 1
         state.tokens += spent[0]
         state.tokens_abandoned += spent[1]
@@ -179,28 +198,28 @@ def measure_curve(model: Any, *, cached_tokens: int, max_k: int, repeats: int,
     ids = torch.randint(0, vocab, (cached_tokens + max_k + 1,), generator=gen).tolist()
     ks = list(range(max_k + 1))
     missing = sum(max(0, repeats - len(state.times.get(("", k), []))) for k in ks)
-    cache = DynamicCache()
-    with torch.inference_mode(), tqdm(total=WARMUP_ROUNDS * len(ks) + missing, desc="verify cost",
+    warmup = RESUME_WARMUP_ROUNDS if resumed else WARMUP_ROUNDS
+    with torch.inference_mode(), tqdm(total=warmup * len(ks) + missing, desc="verify cost",
                                       unit="forward", delay=2.0, disable=not progress) as bar:
         if should_stop is None:
             model(input_ids=torch.tensor([ids[:cached_tokens]], device=_device(model)),
                   past_key_values=cache, use_cache=True, logits_to_keep=1)
-            spent[:] = [cached_tokens, cached_tokens]
+            spent[0] = cached_tokens
         else:
-            done = prefill_chunked(model, ids, cache, 0, cached_tokens, prefill_chunk, should_stop)
-            spent[:] = [done, done]
+            done = prefill_chunked(model, ids, cache, start, cached_tokens, prefill_chunk, should_stop)
+            spent[0] = done - start
             if done < cached_tokens:
-                raise stopped()
+                raise stopped(done)
 
         def step(k: int, timed: bool) -> None:
             bar.update()
             spent[0] += k + 1
             spent[1] += 0 if timed else k + 1
             if should_stop is not None and state.points < len(ks) * repeats and should_stop():
-                raise stopped()  # not after the last forward: the curve is complete
+                raise stopped(cached_tokens)  # not after the last forward: the curve is complete
 
         times = time_forwards(model, cache, ids, cached_tokens, ks, {"": route}, repeats, step=step,
-                              times=state.times)
+                              times=state.times, warmup=warmup)
     state.tokens += spent[0]
     state.finished = True
     base = statistics.median(times["", 0][:repeats])

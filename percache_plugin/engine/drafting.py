@@ -89,13 +89,16 @@ class DraftSetup:
         (:func:`~percache_plugin.decode.calibrate.measure_curve`) and store it for this model
         and machine (a failed write is counted in ``totals.store_errors``; the handle uses the
         curve anyway). Raises ``MeasuringStopped`` (a ``Preempted``) when ``should_stop`` ends it:
-        nothing is stored, and the forwards it timed are kept for the next call on this model,
-        machine and arguments (:attr:`calibrations`) that can be stopped too."""
+        nothing is stored, and the forwards it timed and its cache are kept for the next call on this
+        model, machine and arguments (:attr:`calibrations`) that can be stopped too; a call that
+        cannot (``pc.measure_verify_cost()``) measures all of it now."""
         packed = self.packs(config)
         key = (self.curves.key(fingerprint, self._model, packed), cached_tokens, max_k, repeats)
+        for other, earlier in self.calibrations.items():
+            if other != key and earlier.cache is not None:  # of another model or set-up: free it
+                earlier.tokens_abandoned += earlier.cached
+                earlier.cache, earlier.cached = None, 0
         kept = self.calibrations.setdefault(key, CalibrationProgress())
-        if should_stop is None:  # pc.measure_verify_cost(): all of it at the load of now, none kept
-            kept.finished = True
         curve = measure_curve(self._model, cached_tokens=cached_tokens, max_k=max_k, repeats=repeats,
                               route=self.verify_route(config.draft_packed_linears), progress=progress,
                               should_stop=should_stop, prefill_chunk=config.background_prefill_chunk,

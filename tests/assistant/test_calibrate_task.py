@@ -130,23 +130,25 @@ class _Gaps:
         return stop
 
 
-def test_a_stopped_measuring_keeps_its_forwards_and_finishes_after_enough_gaps() -> None:
+def test_a_stopped_measuring_keeps_its_forwards_and_cache_and_finishes_after_enough_gaps() -> None:
     model, _ = tiny_pair("llama")
     kept = CalibrationProgress()
-    gaps = _Gaps(16)  # 3 prefill chunks, 10 warm-up forwards, 3 more checks: 4 timed forwards a run
+    gaps = _Gaps(8)  # 8 checks a run: before each prefill chunk, after each forward
     args = dict(cached_tokens=40, max_k=4, repeats=2, progress=False, prefill_chunk=16, resume=kept)
-    first: dict[Any, list[float]] = {}
-    for run in range(2):
-        with pytest.raises(MeasuringStopped) as info:
+    # run 1: 3 prefill chunks, 6 of the 10 warm-up forwards (k = 0..4, then 4); nothing timed
+    # runs 2 and 3: the cache kept, one warm-up round (5 forwards), then 4 timed forwards each
+    seen = []
+    for points in (0, 4, 8):
+        with pytest.raises(MeasuringStopped):
             measure_curve(model, should_stop=gaps.run(), **args)
-        assert kept.points == 4 * (run + 1) and info.value.tokens > 40 + 2 * 15
-        if run == 0:
-            first = {key: list(v) for key, v in kept.times.items()}
-    curve = measure_curve(model, should_stop=gaps.run(), **args)
-    assert len(curve) == 4 and kept.finished and kept.points == 10
-    assert all(kept.times[key][:len(v)] == v for key, v in first.items())  # the first run's times are in it
-    cache_and_warmup = 40 + 2 * sum(k + 1 for k in range(5))
-    assert (kept.runs, kept.preempted, kept.tokens_abandoned) == (3, 2, 2 * cache_and_warmup)
+        assert kept.points == points and kept.cached == 40 and kept.cache is not None
+        seen.append({key: list(v) for key, v in kept.times.items()})
+    curve = measure_curve(model, should_stop=gaps.run(), **args)  # run 4: 5 warm-up, 2 timed
+    assert len(curve) == 4 and kept.finished and kept.points == 10 and kept.cache is None
+    assert all(kept.times[key][:len(v)] == v for key, v in seen[2].items())  # the earlier times are in it
+    assert (kept.runs, kept.preempted) == (4, 3)
+    assert kept.tokens_abandoned == (1 + 2 + 3 + 4 + 5 + 5) + 15 + 15  # stopped runs' warm-ups
+    assert kept.tokens == 40 + 20 + 3 * 15 + 2 * 15  # the cache once, 4 warm-ups, 10 timed forwards
 
 
 class _Ticks:
@@ -170,13 +172,14 @@ def test_idle_gaps_shorter_than_the_measuring_add_up_to_a_stored_curve(
         gaps = 0
         while _kinds(pc) and gaps < 30:
             ticks.n = 0
-            # a run checks before each of the cache's 24 chunks (1500 tokens, 64 a chunk) and after
-            # each of its 34 warm-up forwards, then after each timed one (153 in all)
-            pc.idle(budget_s=100)
+            # the first run checks before each of the cache's 24 chunks (1500 tokens, 64 a chunk)
+            # and after each of its 34 warm-up forwards; a later one after 17 warm-up forwards;
+            # then after each timed forward (153 in all)
+            pc.idle(budget_s=60)
             gaps += 1
         stats = pc.stats()
         assert _kinds(pc) == [] and _stored(tmp_path, pc) is not None, f"not finished after {gaps} gaps"
-        assert gaps > 2 and stats.calibration_runs == gaps and stats.calibration_preempted == gaps - 1
+        assert gaps > 3 and stats.calibration_runs == gaps and stats.calibration_preempted == gaps - 1
         assert stats.calibration_points == 0 and stats.draft_cost_curve == "measured now"
         assert stats.calibration_tokens_abandoned > 0
         # every run's compute is in the background stats, the stopped ones' too
@@ -195,5 +198,6 @@ def test_measure_verify_cost_times_every_forward_now(tmp_path: Path) -> None:
         pc.measure_verify_cost(**args, progress=False)
         kept = next(iter(pc.engine.drafts.calibrations.values()))
         assert kept.finished and all(len(v) == 2 for v in kept.times.values())
-        # the stopped run's timed forwards, then a whole measuring: cache, warm-up, 2 rounds
-        assert kept.tokens == kept.tokens_abandoned + 20 + 40 + 2 * 15 + 2 * 15
+        # the stopped run's cache and timed forwards, dropped, then a whole measuring
+        assert kept.tokens_abandoned == 30 + 40 + 20  # its warm-up, then its cache and 6 timed forwards
+        assert kept.tokens == 90 + 40 + 2 * 15 + 2 * 15
