@@ -54,9 +54,11 @@ def check_attention_switch(subject: Subject) -> Outcome:
     with open_handle(subject) as pc:
         caps = pc.capabilities
         if not caps.attention_hook:
+            idle = pc.engine.idle_attention_plugins()
             return not_applicable(
                 f"attention is not interface-based ({caps.reasons.get('attention_hook', '?')}); "
-                "exact reuse still works through a plain cache")
+                "exact reuse still works through a plain cache"
+                + (f"; never called here: percache_attention of {', '.join(idle)}" if idle else ""))
         impl = attn_implementation(model)
         if not impl.startswith(PREFIX):
             return failed(f"the switch reported success but the model uses {impl!r}")

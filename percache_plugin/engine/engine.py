@@ -240,6 +240,11 @@ class Engine:
         return self.drafts.for_request(self.ctx, self.hooks, prompt, kwargs, hints, stats,
                                         enabled=self.enabled, mask_function=self._switch.mask_function)
 
+    def idle_attention_plugins(self) -> list[str]:
+        """Plugins implementing ``percache_attention`` that this model never calls (its attention
+        does not go through percache); [] where it does."""
+        return self._switch.idle_attention_plugins()
+
     def pack_linears(self) -> int:
         """Pack drafting's linear weights now (else at its first verify after a first token): their bytes, or 0."""
         return self.drafts.pack(self.config.drafting and self.config.draft_packed_linears)

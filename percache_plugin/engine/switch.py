@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,12 +18,15 @@ from ..attention.masks import (
     register_mask_provider,
     release_mask_provider,
 )
-from ..hooks.blame import blame
+from ..hooks.blame import blame, plugin_label
 from ..hooks.contexts import EngineContext
 from ..hooks.manager import Hooks
+from ..plugins.builtin import DefaultAttention
 from ..reuse import ReuseRunner
 
 __all__ = ["ModelSwitch"]
+
+log = logging.getLogger("percache")
 
 
 class ModelSwitch:
@@ -41,6 +45,7 @@ class ModelSwitch:
         self._ctx: EngineContext | None = None
         self._reuse: ReuseRunner | None = None
         self.enabled = True
+        self._warned: set[str] = set()  # plugins told their attention hook is never called
         self.installed: AttentionSwitch = install(model, self.relay)
         if verify:
             self.installed = self._probe.verify(model, self.installed)
@@ -76,12 +81,29 @@ class ModelSwitch:
 
     def check_masks(self) -> None:
         """Raise where a plugin has an extra mask that cannot apply: the model's attention does
-        not go through percache's masks (Falcon, GPT-J, Bloom, ...), so it would be ignored."""
-        if not self.installed.active and self.mask_function() is not None:
+        not go through percache's masks (Falcon, GPT-J, Bloom, ...), so it would be ignored.
+        Warn (once per plugin) about ``percache_attention`` plugins that are never called there."""
+        if self.installed.active:
+            return
+        if self.mask_function() is not None:
             raise RuntimeError(
                 f"a plugin's percache_mask_function cannot apply to {type(self._model).__name__}: "
                 f"its attention does not go through percache's masks ({self.installed.reason}); "
                 "the mask would be ignored")
+        for name in self.idle_attention_plugins():
+            if name not in self._warned:
+                self._warned.add(name)
+                log.warning("percache: plugin %r implements percache_attention, which is never "
+                            "called on %s (%s)", name, type(self._model).__name__, self.installed.reason)
+
+    def idle_attention_plugins(self) -> list[str]:
+        """The plugins implementing ``percache_attention`` (the built-in one aside) that are never
+        called because the model's attention does not go through percache ([] where it does)."""
+        if self.installed.active:
+            return []
+        pm = self._hooks.pm
+        return [plugin_label(pm, impl.plugin) for impl in pm.hook.percache_attention.get_hookimpls()
+                if not isinstance(impl.plugin, DefaultAttention)]
 
     @contextlib.contextmanager
     def lifted(self) -> Iterator[None]:
