@@ -20,7 +20,23 @@ import json
 import sqlite3
 from typing import NamedTuple
 
-__all__ = ["SessionCut", "drop_fact_rows"]
+from .state import RegionFact
+
+__all__ = ["SessionCut", "drop_fact_rows", "read_region"]
+
+
+def read_region(header: str, facts: str, scope: str = "null"
+                ) -> tuple[list[int], list[RegionFact], str | None] | None:
+    """A saved memory region's header ids, facts and scope (a ``chat_memory`` row's columns);
+    None when the row is unreadable (not the JSON written): the region is then a miss, dropped."""
+    try:
+        name = json.loads(scope)
+        if name is not None and not isinstance(name, str):
+            return None
+        return ([int(t) for t in json.loads(header)],
+                [RegionFact(str(f[0]), str(f[1]), tuple(int(t) for t in f[2])) for f in json.loads(facts)], name)
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
 
 
 class SessionCut(NamedTuple):
@@ -43,17 +59,22 @@ def drop_fact_rows(db: sqlite3.Connection, fact_id: str) -> tuple[list[SessionCu
         head = json.loads(head_json)
         memory = db.execute("SELECT header, facts FROM chat_memory WHERE fingerprint = ? AND name = ?",
                             key).fetchone()
-        header, facts = (json.loads(memory[0]), json.loads(memory[1])) if memory is not None else ([], [])
-        region = header + [t for f in facts for t in f[2]] if facts else []
+        read = ([], [], None) if memory is None else read_region(memory[0], memory[1])
+        header, facts, _ = read or ([], [], None)
+        region = header + [t for f in facts for t in f.ids] if facts else []
         turns = db.execute("SELECT turn_id, user_ids, reply_ids, fact_ids, bare_ids FROM chat_turns "
                            "WHERE fingerprint = ? AND name = ? ORDER BY turn_id", key).fetchall()
         ids = head + region
         cut = None
-        at = next((i for i, f in enumerate(facts) if f[0] == fact_id), None)
+        at = next((i for i, f in enumerate(facts) if f.fact_id == fact_id), None)
+        if read is None:  # unreadable: it may hold the fact; the region leaves whole
+            cut, at = len(head), None
+            db.execute("UPDATE chat_memory SET header = '[]', facts = '[]' WHERE fingerprint = ? AND name = ?", key)
         if at is not None:
-            cut = len(head) + (len(header) + sum(len(f[2]) for f in facts[:at]) if at else 0)
+            cut = len(head) + (len(header) + sum(len(f.ids) for f in facts[:at]) if at else 0)
             db.execute("UPDATE chat_memory SET facts = ? WHERE fingerprint = ? AND name = ?",
-                       (json.dumps([f for f in facts if f[0] != fact_id]), fp, name))
+                       (json.dumps([[f.fact_id, f.text_hash, list(f.ids)] for f in facts if f.fact_id != fact_id]),
+                        fp, name))
         rewritten = 0
         for turn_id, user_json, reply_json, fact_ids, bare in turns:
             pos = len(ids)

@@ -27,7 +27,7 @@ from ..kv.integrity import (
     write_node_file,
 )
 from ..sqlite_tx import checkpoint, connect, transaction
-from .forget_rows import SessionCut, drop_fact_rows
+from .forget_rows import SessionCut, drop_fact_rows, read_region
 from .schema import (
     BUMP,
     EXACT_SCHEMA,
@@ -39,7 +39,7 @@ from .schema import (
     VERSION_SCHEMA,
     migrate,
 )
-from .state import RegionFact, Session, Turn, cache_tokens
+from .state import Session, Turn, cache_tokens
 
 __all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "MEMORY_SCHEMA",
            "SESSIONS_DIR", "SESSIONS_DB"]
@@ -102,8 +102,8 @@ class SessionStore:
             spans = self.db.execute(f"SELECT fingerprint, name, stop, layout FROM chat_kv {elsewhere}", fp).fetchall()
             regions = self.db.execute(f"SELECT fingerprint, name, header, facts FROM chat_memory {elsewhere}",
                                       fp).fetchall()
-        region = {(fp, name): (len(json.loads(h)) + sum(len(f[2]) for f in json.loads(fs)) if json.loads(fs) else 0)
-                  for fp, name, h, fs in regions}
+        read = {(fp, name): read_region(h, fs) or ([], [], None) for fp, name, h, fs in regions}
+        region = {key: len(h) + sum(len(f.ids) for f in fs) if fs else 0 for key, (h, fs, _) in read.items()}
         n_turns: dict[tuple[str, str], list[int]] = {}
         for fp, name, user_ids, reply_ids in turns:
             counts = n_turns.setdefault((fp, name), [0, 0])
@@ -257,9 +257,12 @@ class SessionStore:
         session.version = 0 if latest is None else latest[0] if latest[1] == fp else -1
         session.turns = [Turn(t[0], t[1], json.loads(t[2]), json.loads(t[3]), t[4], bool(t[5]), bool(t[6]),
                               json.loads(t[7]), None if t[8] is None else json.loads(t[8])) for t in turns]
-        if memory is not None:
-            session.memory_scope, session.memory_header = json.loads(memory[0]), json.loads(memory[1])
-            session.memory = [RegionFact(f[0], f[1], tuple(f[2])) for f in json.loads(memory[2])]
+        region = None if memory is None else read_region(memory[1], memory[2], memory[0])
+        if region is not None:
+            session.memory_header, session.memory, session.memory_scope = region
+        elif memory is not None:  # its K/V snapshot holds the region's positions: not served
+            log.warning("percache: session %r's memory region is unreadable; it continues without it", name)
+            slices, session.rewrite = [], True
         layers = self._read(slices, session.n_tokens)
         if layers is None:
             if slices:  # stored and unreadable: missing, corrupt or out of order
