@@ -53,11 +53,13 @@ class KnowledgeBank:
     :param snapshot_every: save an index snapshot after this many unsaved chunk changes (and
         on :meth:`close`); 1 saves after every change.
     :ivar before_remove: called with the chunk ids :meth:`remove_document` or :meth:`remove_chunks`
-        is about to delete, first (a handle's bank deletes the answers and K/V built on them, so
-        a crash midway leaves less cache, never an answer without its source).
-    :ivar guard: entered around :meth:`remove_document` and :meth:`remove_chunks`, before the
-        bank's own lock (a handle's bank: preempts its idle work and holds its engine, so no idle
-        task stores what it computed from the chunks after they are forgotten).
+        is about to delete, or :meth:`add_documents` to drop from a document given again, first
+        (a handle's bank deletes the answers and K/V built on them, so a crash midway leaves
+        less cache, never an answer without its source).
+    :ivar guard: entered around :meth:`add_documents`, :meth:`remove_document` and
+        :meth:`remove_chunks`, before the bank's own lock (a handle's bank: preempts its idle
+        work and holds its engine, so no idle task stores what it computed from the chunks
+        after they are forgotten).
     :ivar after_remove: called with what a removal did (``replaced_chunks``: the chunks deleted;
         ``scopes``: theirs), once they are gone (a handle's bank marks stale the answers whose
         questions retrieve other chunks since).
@@ -224,7 +226,7 @@ class KnowledgeBank:
             if scope is not None and doc.scope is None:
                 doc = Document(doc.text, doc.id, scope, doc.metadata)
             documents.append(doc)
-        with self._lock:
+        with self.guard(), self._lock:
             self._sync()
             chunks: dict[str, Chunk] = {}
             given: dict[tuple[str, str], Chunk] = {}  # a document's first copy of a paragraph
@@ -238,6 +240,8 @@ class KnowledgeBank:
                        for cid in self._rows.document_chunks(d.id, d.scope) if (cid, d.id) not in members}
             vectors = (embed_with_progress(self.embedder, [c.text for c in new]) if new
                        else np.zeros((0, self.embedder.dim), np.float32))
+            if dropped:  # what was built on the old text goes first, as for a removal
+                self.before_remove(frozenset(cid for cid, _ in dropped))
             changed, replaced, relabelled = self._rows.insert(new, vectors, members=members, dropped=dropped,
                                                               given=given.values())
             if changed:

@@ -89,3 +89,19 @@ def test_a_removal_deletes_the_chunks_kv_of_every_model(tmp_path: Path, removal:
     pc.close()
     left = _chunk_nodes_by_fingerprint(tmp_path, gone)
     assert len(left) == 2 and set(left.values()) == {0}
+
+
+@pytest.mark.parametrize("on_disk", [False, True], ids=["memory", "disk"])
+def test_a_document_given_again_to_the_bank_itself_leaves_no_answer_or_kv_of_its_old_text(
+        tmp_path: Path, on_disk: bool) -> None:
+    # pc.knowledge.add_documents replaces the old chunks like pc.add_documents
+    pc = _pc(tmp_path / "s" if on_disk else None)  # type: ignore[arg-type]
+    pc.add_documents([OLD, BEN], scope="alice")
+    gone = _ana_chunk(pc)
+    assert gone in pc.ask(Q, scope="alice", **GEN).sources
+    assert pc.knowledge.add_documents([NEW], scope="alice").replaced_chunks == (gone,)
+    assert not any(gone in e.sources for e in pc.qa_bank.entries())
+    assert not any(n.extra.get("chunk") == gone for n in pc.engine.store.nodes())
+    after = pc.ask(Q, scope="alice", **GEN)
+    assert gone not in after.sources
+    pc.close()
