@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING
 from ..idle import IdleQueue, IdleReport, IdleTask
 from ..predict.templates import load_template
 from ..segments import Segment
-from .bank import MemoryBank
+from .bank import AddResult, MemoryBank
 from .constrained import TurnGrammar, extract_turn
 from .extract import Extracted, ParsedFacts, parse_facts, raw_turn_fact
+from .fusion import sources
 from .grounding import grounding
 from .text import CONTEXT, normalize
 
@@ -151,12 +152,26 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
     if not c.ctx.idle_queue.queued(task):  # its session was deleted while the model ran
         return
     results = bank.add_many(items)
+    if not c.ctx.idle_queue.queued(task):  # deleted while they were stored: they go with it
+        _take_back(bank, results, {source for _, _, meta in items for source in sources(meta)})
+        return
     stats.turns += len(turns)
     stats.facts_added += sum(r.status == "added" for r in results)
     stats.raw_items += sum(r.status == "added" and r.fact.metadata.get("kind") == "raw" for r in results)
     stats.duplicates += sum(r.status != "added" for r in results)
     stats.superseded += sum(len(r.superseded) for r in results)
     stats.seconds += time.perf_counter() - t0
+
+
+def _take_back(bank: MemoryBank, results: Sequence[AddResult], mine: set[str]) -> None:
+    """Undo what a task stored once its session was deleted: the facts it added are forgotten
+    and the re-add events it recorded (they keep the session's wording) deleted; the delete
+    looked for them before they were committed."""
+    for r in results:
+        if r.status == "added":
+            bank.forget(r.fact.id)
+    bank.drop_readded(lambda metadata: bool(sources(metadata)) and set(sources(metadata)) <= mine)
+    bank.scrub()
 
 
 def extraction_runner(bank: Callable[[IdleContext], MemoryBank], stats: ExtractionStats

@@ -170,3 +170,36 @@ def test_a_fact_forgotten_by_another_handle_during_a_turn_that_recalled_it_is_no
         chatting.close()
         forgetting.close()
     assert _files_holding(tmp_path, needles) == []
+
+
+class _DeletingEmbedder:
+    """The hash embedder, deleting a session the first time it embeds a text naming ``word``:
+    while an extraction stores the facts it found (after its check that the task is queued)."""
+
+    def __init__(self, word: str, delete: Callable[[], object]) -> None:
+        from percache_plugin.rag.embeddings import HashEmbedder
+
+        self.inner, self.word, self.delete, self.deleted = HashEmbedder(), word, delete, False
+        self.name, self.dim = self.inner.name, self.inner.dim
+
+    def embed(self, texts: list[str]) -> Any:
+        if not self.deleted and any(self.word in t for t in texts):
+            self.deleted = True
+            self.delete()
+        return self.inner.embed(texts)
+
+
+def test_a_session_deleted_while_its_extraction_stores_leaves_no_fact(tmp_path: Path) -> None:
+    holder: dict[str, Any] = {}
+    embedder = _DeletingEmbedder("obsidian", lambda: holder["pc"].sessions.delete("gone"))
+    pc = holder["pc"] = percache.enable(*tiny_pair("llama"), store=tmp_path, embedder=embedder, predict="off",
+                                        memory_extraction="raw", prediction_quiet_s=0.0)
+    try:
+        pc.sessions.create("gone")
+        pc.chat("My vault combination is 8812 obsidian.", session="gone", max_new_tokens=2)
+        pc.idle()
+        assert embedder.deleted and pc.sessions.names() == ["default"]
+        assert [f.text for s in pc.memory.scopes() for f in pc.memory.list(s, superseded=True)] == []
+        assert _files_holding(tmp_path, [b"8812 obsidian"]) == []
+    finally:
+        pc.close()
