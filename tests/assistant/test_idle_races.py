@@ -185,3 +185,51 @@ def test_an_answer_stored_between_a_removals_forgetting_and_its_delete_goes(tmp_
     pc.close()
     other.close()
     assert files_holding(tmp_path, NEEDLES) == []
+
+
+def test_settings_changed_while_a_task_runs_apply_after_it_and_bind_its_answer_to_the_old(tmp_path: Path) -> None:
+    # configure() waits for the task (the engine's lock): the answer it stores was generated and
+    # is bound under the old system prompt, so a question under the new one is not served it
+    pc = _pc(tmp_path)
+    pc.add_documents([SECRET, BEN], scope="me")
+    pc.idle_queue.push("answer", Q, "me")
+    pause = PauseFirstBackgroundRequest()
+    pc.plugins.register(pause)
+    worker = pc.start_idle_worker(poll_s=0.01)
+    pause.worker = worker.ident
+    assert pause.started.wait(30)
+    configurer = threading.Thread(target=pc.configure, kwargs={"system_prompt": "Answer in French."})
+    configurer.start()
+    configurer.join(0.2)
+    assert configurer.is_alive()  # waits for the task
+    pause.go.set()
+    configurer.join(30)
+    pc.stop_idle_worker()
+    assert worker.errors == [] and pc.config.system_prompt == "Answer in French."
+    assert [e.question for e in pc.qa_bank.entries()] == [Q]
+    again = pc.ask(Q, scope="me", **GEN)
+    assert again.source == "generated"
+    pc.close()
+
+
+def test_closing_while_a_task_runs_stops_it_and_keeps_it_queued(tmp_path: Path) -> None:
+    pc = _pc(tmp_path)
+    pc.add_documents([SECRET, BEN], scope="me")
+    pc.idle_queue.push("answer", Q, "me")
+    pause = PauseFirstBackgroundRequest()
+    pc.plugins.register(pause)
+    pause.worker = pc.start_idle_worker(poll_s=0.01).ident
+    assert pause.started.wait(30)
+    closer = threading.Thread(target=pc.close)
+    closer.start()
+    while not pc.engine.preemption.flag.is_set():  # the worker is told to stop
+        closer.join(0.005)
+    pause.go.set()
+    closer.join(60)
+    assert not closer.is_alive() and pc.engine.closed
+    pc = _pc(tmp_path)
+    assert pc.qa_bank.entries() == []  # the answer was not stored halfway
+    assert [(t.kind, t.question) for t in pc.idle_queue.pending()] == [("answer", Q)]
+    pc.idle()
+    assert [e.question for e in pc.qa_bank.entries()] == [Q]
+    pc.close()
