@@ -13,6 +13,7 @@ import pytest
 
 import percache_plugin as percache
 from percache_plugin.assistant.idle_tasks import BUILTIN_TASKS
+from percache_plugin.assistant.worker import IdleWorker
 from percache_plugin.hooks.specs import hookimpl
 from percache_plugin.idle import IdleReport, IdleTask
 from percache_plugin.stats import Generation, GenerationStats
@@ -42,14 +43,20 @@ class PauseFirstBackgroundRequest:
             assert self.go.wait(30), "the test never let the request go on"
 
 
-def _change_while_a_task_runs(pc: percache.PerCache, change: Callable[[percache.PerCache], object]) -> None:
-    """Start the worker on the queued task, make ``change`` while its request is held at its
-    start (the change either finishes or waits for the engine), then let the request go on."""
+def _worker_held_at_its_first_request(pc: percache.PerCache) -> tuple[PauseFirstBackgroundRequest, IdleWorker]:
+    """Start ``pc``'s idle worker; returns once its first request is held at its start."""
     pause = PauseFirstBackgroundRequest()
     pc.plugins.register(pause)
     worker = pc.start_idle_worker(poll_s=0.01)
     pause.worker = worker.ident
     assert pause.started.wait(30)
+    return pause, worker
+
+
+def _change_while_a_task_runs(pc: percache.PerCache, change: Callable[[percache.PerCache], object]) -> None:
+    """Start the worker on the queued task, make ``change`` while its request is held at its
+    start (the change either finishes or waits for the engine), then let the request go on."""
+    pause, worker = _worker_held_at_its_first_request(pc)
     changer = threading.Thread(target=change, args=(pc,))
     changer.start()
     while changer.is_alive() and not pc.engine.preemption.waiting():
@@ -193,11 +200,7 @@ def test_settings_changed_while_a_task_runs_apply_after_it_and_bind_its_answer_t
     pc = _pc(tmp_path)
     pc.add_documents([SECRET, BEN], scope="me")
     pc.idle_queue.push("answer", Q, "me")
-    pause = PauseFirstBackgroundRequest()
-    pc.plugins.register(pause)
-    worker = pc.start_idle_worker(poll_s=0.01)
-    pause.worker = worker.ident
-    assert pause.started.wait(30)
+    pause, worker = _worker_held_at_its_first_request(pc)
     configurer = threading.Thread(target=pc.configure, kwargs={"system_prompt": "Answer in French."})
     configurer.start()
     configurer.join(0.2)
@@ -216,10 +219,7 @@ def test_closing_while_a_task_runs_stops_it_and_keeps_it_queued(tmp_path: Path) 
     pc = _pc(tmp_path)
     pc.add_documents([SECRET, BEN], scope="me")
     pc.idle_queue.push("answer", Q, "me")
-    pause = PauseFirstBackgroundRequest()
-    pc.plugins.register(pause)
-    pause.worker = pc.start_idle_worker(poll_s=0.01).ident
-    assert pause.started.wait(30)
+    pause, _ = _worker_held_at_its_first_request(pc)
     closer = threading.Thread(target=pc.close)
     closer.start()
     while not pc.engine.preemption.flag.is_set():  # the worker is told to stop
