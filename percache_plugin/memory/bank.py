@@ -18,7 +18,8 @@ Written policies:
 - **Conflicts.** A fact with a ``subject`` (``metadata["subject"]``) supersedes the active
   facts of the same scope and normalised subject: they become ``superseded`` (kept, listed by
   :meth:`MemoryBank.list` with ``superseded=True`` and in :meth:`history`, never served).
-  The newer fact is the one added later. Facts without a subject never supersede anything.
+  The newer fact is the one added (or updated with that subject) later. Facts without a
+  subject never supersede anything.
 """
 
 from __future__ import annotations
@@ -256,7 +257,8 @@ class MemoryBank:
 
     def update(self, fact_id: str, text: str, metadata: Mapping[str, str] | None = None) -> Fact:
         """Replace a fact's text (and metadata, when given); the old version goes to its
-        history. Its stored K/V keys are dropped (the caller deletes the K/V)."""
+        history. Its stored K/V keys are dropped (the caller deletes the K/V). An active fact
+        with a subject supersedes the other active facts of that subject, as an added one does."""
         with self._lock, self._rows.tx():
             fact = self.get(fact_id)
             meta_in = fact.metadata if metadata is None else metadata
@@ -264,9 +266,13 @@ class MemoryBank:
             subject = subject_key(meta.get("subject"))
             self._rows.replace_text(fact, text, norm, meta, subject, self._embed(text),
                                     self._keys([(text, meta)])[0])
+            # the updated fact is the newer one of its subject (one active fact per subject)
+            old = [f.id for f in self._rows.with_subject(fact.scope, subject) if f.id != fact_id] \
+                if subject and fact.status == "active" else []
+            self._rows.supersede(old, fact_id)
         updated = replace(self.get(fact_id), kv_keys=())
         for fn in self.committed:
-            fn([AddResult(updated, "updated")])
+            fn([AddResult(updated, "updated", tuple(old))])
         return updated
 
     def history(self, fact_id: str) -> builtins.list[HistoryEvent]:

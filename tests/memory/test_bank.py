@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from percache_plugin.memory.bank import MemoryBank, UnknownFact
+from percache_plugin.memory.bank import AddResult, MemoryBank, UnknownFact
 from percache_plugin.rag.embeddings import HashEmbedder
 
 
@@ -133,3 +133,19 @@ def test_a_fact_is_searched_by_its_source_turn_but_served_alone(tmp_path: Path) 
                            if h.similarity > 0.3]
     again.close()
     bank.close()
+
+
+def test_an_update_that_gives_a_subject_supersedes_as_an_add_does(bank: MemoryBank) -> None:
+    lisbon = bank.add("Ana lives in Lisbon", "ana", {"subject": "ana home"}).fact
+    porto = bank.add("Ana rents a flat in Porto", "ana").fact
+    seen: list[AddResult] = []
+    bank.committed.append(seen.extend)
+    bank.update(porto.id, "Ana moved to Porto", {"subject": "Ana home"})
+    assert [(f.id, f.status) for f in bank.list("ana", superseded=True)] == [
+        (lisbon.id, "superseded"), (porto.id, "active")]
+    assert bank.get(lisbon.id).superseded_by == porto.id
+    assert [e.event for e in bank.history(lisbon.id)] == ["added", "superseded"]
+    assert seen[-1].superseded == (lisbon.id,)  # what was built on it is dropped (the plugin)
+    assert [h.fact.id for h in bank.search("where does Ana live?", "ana")] == [porto.id]
+    bank.update(porto.id, "Ana moved to Porto in May")  # same subject: nothing else to supersede
+    assert seen[-1].superseded == ()
