@@ -227,8 +227,13 @@ def apply_region(engine: Engine, session: Session, new: list[RegionFact], stats:
     the module docstring); ``shifted``: facts whose K/V was computed elsewhere are shifted
     (else they are computed with the turn)."""
     stats.memory_tokens = region_tokens(engine, session, new)
-    if not shifted and session.region_shifted_from is not None:
-        cut_at(session, session.region_shifted_from, stats)  # 'splice' is off: no shifted fact stays
+    if not shifted:  # 'splice' is off: no shifted fact stays
+        first = session.region_shifted_from
+        if first is None and session.approx_from is not None \
+                and len(session.head_ids) <= session.approx_from < session.turns_start:
+            first = session.approx_from  # a restored session does not know where: its approx_from
+        if first is not None:
+            cut_at(session, first, stats)
     if new == session.memory:
         return
     start = _set_region(session, new, stats)

@@ -279,3 +279,18 @@ def test_splice_exact_configured_later_computes_the_shifted_facts_again(pair: An
     assert not later.stats.approximate and later.stats.history_recomputed
     _check_generate(pc, later)
     pc.close()
+
+
+def test_splice_exact_computes_the_shifted_facts_of_a_restored_session_again(pair: Any, tmp_path: Path) -> None:
+    # the snapshot of a session 'splice' shifted facts into, resumed by a 'splice-exact' handle
+    pc, _ = _enable(pair, store=tmp_path)
+    first = _store_then_chat(pc, "Be very very brief.")
+    assert first.stats.memory_shifted_tokens and first.stats.approximate
+    pc.close()
+    pc = percache.enable(*pair, store=tmp_path, embedder="hash", predict="off", memory_recall=True,
+                         memory_threshold=0.0, session_blocks=False, memory_recall_mode="splice-exact")
+    later = pc.chat(ASK + " Again?", session="c", memory_scope="ana", max_new_tokens=3)
+    assert later.stats.restored_from == "snapshot"
+    assert not later.stats.approximate and later.stats.history_recomputed
+    _check_generate(pc, later)
+    pc.close()
