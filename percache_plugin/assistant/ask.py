@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -103,7 +104,8 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     known = _resolvable(a, ordered)
     if a.config.drafting and "drafts" not in generate_kwargs:
         generate_kwargs["drafts"] = qa_drafts(a, query, scope)
-    gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
+    with _checked_on_failure(a, known):
+        gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
     text = gen.text.strip()
     unsupported: tuple[str, ...] = ()
     ending = (_not_greedy(a, generate_kwargs) or inexact_kwargs(generate_kwargs)
@@ -148,9 +150,22 @@ def prefill_checked(a: Assistant, segments: Sequence[Segment], **kwargs: Any) ->
     for a chunk that another handle or process removed meanwhile goes (:func:`_drop_gone`)."""
     known = [c for s in segments if s.kind == "chunk" and s.id is not None
              for c in a.hooks.resolve_chunks(a.ctx, [s.id]) or () if c.text == s.text]
-    prefilled = a.engine.prefill(segments, **kwargs)
+    with _checked_on_failure(a, known):
+        prefilled = a.engine.prefill(segments, **kwargs)
     _drop_gone(a, known)
     return prefilled
+
+
+@contextlib.contextmanager
+def _checked_on_failure(a: Assistant, known: Sequence[Chunk]) -> Iterator[None]:
+    """A request that raised (preempted: a background decode stores its prompt's K/V before it
+    stops) is checked too before the exception goes on."""
+    try:
+        yield
+    except BaseException:
+        with best_effort("dropping what was built on sources gone meanwhile", a.engine.stats()):
+            _drop_gone(a, known)
+        raise
 
 
 def _resolvable(a: Assistant, chunks: Sequence[Chunk]) -> list[Chunk]:

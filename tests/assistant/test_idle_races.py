@@ -233,3 +233,40 @@ def test_closing_while_a_task_runs_stops_it_and_keeps_it_queued(tmp_path: Path) 
     pc.idle()
     assert [e.question for e in pc.qa_bank.entries()] == [Q]
     pc.close()
+
+
+class RemoveAndPreemptOnce:
+    """Once the worker's first request has computed its prompt: another handle removes document
+    ``zz`` and a foreground call arrives (the flag), so the decode stops after one token."""
+
+    def __init__(self, pc: percache.PerCache, other: percache.PerCache) -> None:
+        self.pc, self.other, self.done = pc, other, threading.Event()
+
+    @hookimpl
+    def percache_draft_sources(self, ctx: object, prompt: object, hints: object) -> None:
+        if self.pc.engine.preemption.in_background() and not self.done.is_set():
+            self.other.knowledge.remove_document("zz", "me")
+            self.pc.engine.preemption.flag.set()
+            self.done.set()
+
+
+def test_kv_a_preempted_answer_stored_for_a_chunk_removed_meanwhile_goes(tmp_path: Path) -> None:
+    pc, other = _pc(tmp_path), _pc(tmp_path)
+    pc.configure(drafting=True)
+    pc.add_documents([SECRET, BEN], scope="me")
+    gone = {c.id for c in pc.knowledge.chunks() if c.doc_id == "zz"}
+    pc.idle_queue.push("answer", Q, "me")
+    hook = RemoveAndPreemptOnce(pc, other)
+    pc.plugins.register(hook)
+    worker = pc.start_idle_worker(poll_s=0.01)
+    assert hook.done.wait(30)
+    for _ in range(6000):  # the worker stopped the task (the flag stays up until cleared)
+        if worker.report.preempted:
+            break
+        threading.Event().wait(0.01)
+    pc.stop_idle_worker()
+    assert worker.report.preempted == 1 and worker.errors == []
+    stores = pc.engine.ctx.every_store()
+    assert not any(n.extra.get("chunk") in gone for s in stores for n in s.nodes())
+    pc.close()
+    other.close()
