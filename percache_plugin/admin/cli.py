@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
             except KeyError as exc:
                 raise UsageError(str(exc.args[0]), "see the ids with 'percache store list PATH'") from exc
             print(f"removed {r.documents} document(s): {r.chunks} chunks, {r.kv_nodes} K/V nodes, "
-                  f"{r.qa_entries} QA entries")
+                  f"{r.qa_entries} QA entries; {r.stale_answers} other answers of its scope marked stale")
         elif args.action == "purge":
             print(f"removed {admin.purge(args.keep)} K/V nodes of other model fingerprints")
         else:

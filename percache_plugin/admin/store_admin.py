@@ -138,6 +138,7 @@ class RemoveReport:
     chunks: int = 0
     kv_nodes: int = 0
     qa_entries: int = 0
+    stale_answers: int = 0  # answers of the document's scopes marked stale (not served)
 
 
 def _dir_bytes(path: Path) -> int:
@@ -265,7 +266,11 @@ class StoreAdmin:
             kv_nodes = delete_chunk_kv((self.kv_store(fp) for fp in self.fingerprints()), held)
             forget_stored_predictions(self.path / DB_NAME, held)  # built again by a handle
             gone = [cid for s in scopes for cid in kb.remove_document(doc_id, s)]
-            return RemoveReport(len(scopes), len(gone), kv_nodes, len(qa))
+            # BM25 reweighs every word of the scope, so another answer's question may now
+            # retrieve other chunks; with no handle's retrieval settings here, none of the
+            # scope's answers is served again until a handle answers it anew.
+            stale = self.qa_bank.mark_stale_for((), lambda q, s, v: None, lambda model, s: s in scopes)
+            return RemoveReport(len(scopes), len(gone), kv_nodes, len(qa), len(stale))
 
     def purge(self, keep: str | None = None) -> int:
         """Remove the K/V of every fingerprint but ``keep`` (None: the fingerprint that wrote

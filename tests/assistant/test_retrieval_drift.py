@@ -61,3 +61,27 @@ def test_an_answer_whose_question_retrieves_other_chunks_since_is_not_served(tmp
     fresh.close()
     assert served.source == "qa_bank" and (served.text, set(served.sources)) == (
         expected.text, set(expected.sources))
+
+
+def test_an_answer_is_not_served_after_the_cli_removed_a_document_of_its_scope(tmp_path: Path) -> None:
+    from percache_plugin.cli import main
+
+    store = tmp_path / "s"
+    pc = _pc(store)
+    pc.add_documents(DOCS + [EXTRA], scope="me")
+    pc.add_documents([{"text": "ana travel plan friday code.", "id": "o"}], scope="other")
+    before = _retrieved(pc)
+    assert pc.ask(Q, scope="me", **GEN).source == "generated"
+    other = pc.ask("ana travel plan?", scope="other", **GEN)
+    assert other.source == "generated"
+    pc.close()
+    assert main(["store", "remove", str(store), "--doc", "x"]) == 0
+    pc = _pc(store)
+    try:
+        after = _retrieved(pc)
+        assert after != before  # the premise: the question's top-k moved, x's chunk not in it
+        again = pc.ask(Q, scope="me", **GEN)
+        assert again.source == "generated" and set(again.sources) == after
+        assert pc.ask("ana travel plan?", scope="other", **GEN).source == "qa_bank"  # another scope
+    finally:
+        pc.close()
