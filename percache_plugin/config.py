@@ -324,7 +324,8 @@ class Config:
     session_kv_tokens: int | None = _help(
         "Token budget of each chat session's ephemeral region (its turns, user + reply); the "
         "persistent region (system prompt, pinned turns) is not counted. When a turn would "
-        "exceed it, whole oldest unpinned turns leave the cache. None: unbounded.",
+        "exceed it, whole oldest unpinned turns leave the cache. None: unbounded up to the "
+        "model's context (a turn that would run past it raises MessageTooLong).",
         None,
     )
     session_eviction: Literal["exact", "shifted", "masked"] = _help(

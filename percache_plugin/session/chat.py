@@ -65,6 +65,30 @@ class ChatRunner:
                 f"exceeds the model's context of {limit} tokens{context_note(self.engine.model)}"
                 f"{_recalled(start - len(session.head_ids), ' after a memory region of')}")
 
+    def check_context(self, session: Session, need: int, region: list[RegionFact] | None) -> None:
+        """Raise :class:`MessageTooLong` unless the whole conversation fits the model's context:
+        head, memory region, every turn still holding positions (masked ones too) and ``need``
+        (the new turn and its reply allowance). Runs after eviction, so with
+        ``session_kv_tokens`` only what eviction kept counts; without it the history grows
+        until this refuses, rather than the model running past its positions."""
+        limit = context_limit(self.engine.model)
+        if limit is None:
+            return
+        head = len(session.head_ids)
+        memory = len(session.memory_ids) if region is None else region_tokens(self.engine, session, region)
+        history = sum(t.n_tokens for t in session.turns)
+        total = head + memory + history + need
+        if total <= limit:
+            return
+        budget = self.engine.config.session_kv_tokens
+        fix = ("set Config.session_kv_tokens so the oldest turns leave" if budget is None else
+               f"lower session_kv_tokens={budget} (pinned turns and the head are not counted in it)")
+        raise MessageTooLong(
+            f"session {session.name!r}: {total} tokens (head {head}, memory region {memory}, "
+            f"history {history} in {len(session.turns)} turns, new turn and max_new_tokens {need}) "
+            f"exceed the model's context of {limit} tokens{context_note(self.engine.model)}; "
+            f"{fix}, or reset the session")
+
     def _follow_layout(self, session: Session) -> None:
         """A session that never had a turn starts with the head and glue of the layout in use
         now (the chat template setting may have changed since it was created), as a new one
@@ -96,6 +120,7 @@ class ChatRunner:
             stats.memory_tokens = len(turn_ids) - len(bare)
         self.check_fits(session, turn_ids, int(kwargs["max_new_tokens"]), stats.memory_tokens, region)
         make_room(self.engine, session, len(turn_ids) + int(kwargs["max_new_tokens"]), message, stats)
+        self.check_context(session, len(turn_ids) + int(kwargs["max_new_tokens"]), region)
         editor = session_editor(session, self.engine.shifter,
                                 self.engine.capabilities.reasons.get("shifted_reuse", ""))
         self.engine.hooks.edit_cache(self.engine.ctx, session, editor)

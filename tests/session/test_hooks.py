@@ -101,3 +101,29 @@ def test_a_message_over_the_model_context_is_refused() -> None:
     with pytest.raises(MessageTooLong, match="model's context of 64 tokens"):
         pc.chat("y" * 80, max_new_tokens=4)
     assert pc.sessions.get("default").turns == []
+
+
+def test_a_conversation_over_the_model_context_is_refused_naming_its_history() -> None:
+    """Without session_kv_tokens the history grows; the turn that would run past the model's
+    positions is refused (each turn alone fits), and no turn before it ran past them."""
+    model, tok = tiny_pair("llama", max_position_embeddings=128)
+    pc = percache.enable(model, tok)
+    turns = 0
+    with pytest.raises(MessageTooLong, match=r"history \d+ in \d+ turns.*model's context of 128 tokens.*"
+                                             r"session_kv_tokens"):
+        for _ in range(40):
+            reply = pc.chat("More?", **GEN)
+            assert len(reply.prompt_ids) + GEN["max_new_tokens"] <= 128
+            turns += 1
+    assert turns >= 2 and len(pc.sessions.get("default").turns) == turns
+    pc.close()
+
+
+def test_a_budget_keeps_a_long_conversation_within_the_model_context() -> None:
+    model, tok = tiny_pair("llama", max_position_embeddings=128)
+    pc = percache.enable(model, tok, session_kv_tokens=40)
+    for _ in range(12):
+        reply = pc.chat("More?", **GEN)
+        assert len(reply.prompt_ids) + GEN["max_new_tokens"] <= 128
+    assert reply.stats.turn_id == 12
+    pc.close()
