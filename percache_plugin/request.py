@@ -146,7 +146,7 @@ def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: fl
         else:
             cache, served, exact_end = runner.exact_cache(prompt, exact, stats)
     except BaseException:
-        ctx.hooks.request_end(ctx, prompt, stats, None)
+        totals.plugin_errors += ctx.hooks.request_end(ctx, prompt, stats, None)
         raise
     skip = {sp.index for sp in plan.shifted}
 
@@ -160,7 +160,9 @@ def open_request(ctx: EngineContext, runner: ReuseRunner, prompt: Prompt, t0: fl
                 stats.store_errors += store.write_errors - errors_before
                 stats.total_s = time.perf_counter() - t0
                 totals.add(stats)
-        finally:
-            ctx.hooks.request_end(ctx, prompt, stats, gen)
+        finally:  # an observer that raises is logged and counted: the answer is kept
+            failed = ctx.hooks.request_end(ctx, prompt, stats, gen)
+            stats.plugin_errors += failed
+            totals.plugin_errors += failed
 
     return Opened(cache, served, stats, finish)

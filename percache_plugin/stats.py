@@ -33,6 +33,7 @@ class GenerationStats:
     ram_bytes: int = 0  # bytes of those nodes
     ram_misses: int = 0  # nodes the RAM tier did not hold: read from the store
     store_errors: int = 0  # cache writes that failed (full disk, read-only store): answer kept
+    plugin_errors: int = 0  # observer hooks that raised (hooks.specs.OBSERVER_HOOKS): logged, answer kept
     approximate: bool = False  # True when any reused K/V is not bit-exact (shifted, lossy dtype)
     fallback: str = ""  # why a plan was abandoned for a full prefill, if it was
     ttft_s: float = 0.0
@@ -70,6 +71,7 @@ class GenerationStats:
             + (f" ram_hits={self.ram_hits} ram_bytes={self.ram_bytes}B ram_misses={self.ram_misses}"
                if self.ram_hits or self.ram_misses else "")
             + (f" store_errors={self.store_errors}" if self.store_errors else "")
+            + (f" plugin_errors={self.plugin_errors}" if self.plugin_errors else "")
             + (f" drafted={self.tokens_drafted} accepted={self.tokens_accepted} "
                f"forwards_saved={self.forwards_saved}" if self.tokens_drafted else "")
         )
@@ -111,6 +113,7 @@ class StatsTotals:
     ram_bytes: int = 0
     ram_misses: int = 0
     store_errors: int = 0
+    plugin_errors: int = 0
     tokens_drafted: int = 0
     tokens_accepted: int = 0
     forwards_saved: int = 0

@@ -116,7 +116,9 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
         return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                       not_stored=ending)
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
-        a.hooks.qa_store(a.ctx, query, text, scope, sources, origin, ending)
+        failed = a.hooks.qa_store(a.ctx, query, text, scope, sources, origin, ending)
+        gen.stats.plugin_errors += failed  # a cache write: logged, the answer is kept
+        a.engine.stats().plugin_errors += failed
         # Another thread, handle or process may have replaced or forgotten a source meanwhile
         # and deleted the answers (and K/V) built on it before this one was stored: drop them
         # now (after the store, so either this check or that deletion sees the answer).

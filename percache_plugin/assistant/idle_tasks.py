@@ -182,8 +182,9 @@ def _populate(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
         return
     chunks = c.ctx.hooks.retrieve(c.ctx, query, c.ctx.config.top_k, task.scope)
     # the entry first: the prefill's check of its chunks afterwards then sees it too
-    c.ctx.hooks.qa_store(c.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
+    failed = c.ctx.hooks.qa_store(c.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
     pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks))
+    pre.stats.plugin_errors += failed  # a cache write: logged, the prefill stands
     _account(c, report, "populate", pre.stats)
 
 

@@ -18,7 +18,7 @@ from ..attention.masks import (
     register_mask_provider,
     release_mask_provider,
 )
-from ..hooks.blame import blame, plugin_label
+from ..hooks.blame import plugin_label
 from ..hooks.contexts import EngineContext
 from ..hooks.manager import Hooks
 from ..plugins.builtin import DefaultAttention
@@ -67,11 +67,8 @@ class ModelSwitch:
             if extra is not None and splice is not None and splice.positions is not None:
                 mask = apply_to_additive(mask, extra, splice.positions.to(mask.device))
             attention_mask = mask
-        try:
-            return self._hooks.attention(self._ctx, module, query, key, value, attention_mask, kwargs)
-        except Exception as exc:  # surfaces deep in the model's forward: say which plugin raised
-            blame(self._hooks.pm, exc, "percache_attention")
-            raise
+        # a plugin's exception surfaces deep in the model's forward: the façade names the plugin
+        return self._hooks.attention(self._ctx, module, query, key, value, attention_mask, kwargs)
 
     def mask_function(self) -> MaskFunction | None:
         """The extra mask plugins AND into the model's masks (``percache_mask_function``)."""

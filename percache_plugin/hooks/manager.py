@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from . import specs
+from .blame import BlamingRelay, observe
 from .specs import PROJECT
 
 if TYPE_CHECKING:
@@ -85,11 +86,13 @@ def make_plugin_manager(*, autoload: bool | None = None) -> pluggy.PluginManager
 
 
 class Hooks:
-    """Typed calls into the plugin manager (pluggy cannot type ``pm.hook.x``)."""
+    """Typed calls into the plugin manager (pluggy cannot type ``pm.hook.x``). An exception a
+    plugin raises carries a note naming it (:mod:`.blame`); the observer hooks
+    (``specs.OBSERVER_HOOKS``) return how many implementations raised instead of raising."""
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
-        self.pm = pm  # for :func:`.blame.blame`
-        self._hook = pm.hook
+        self.pm = pm
+        self._hook: Any = BlamingRelay(pm)
 
     def attention(
         self,
@@ -136,7 +139,7 @@ class Hooks:
 
     def _wrappers_take(self, hook: str, arg: str) -> bool:
         """Whether every wrapper of ``hook`` declares ``arg``."""
-        impls = getattr(self._hook, hook).get_hookimpls()
+        impls = getattr(self.pm.hook, hook).get_hookimpls()
         return all(arg in impl.argnames for impl in impls if impl.wrapper or impl.hookwrapper)
 
     def join_buffers(self, ctx: EngineContext) -> JoinBuffers | None:
@@ -168,8 +171,10 @@ class Hooks:
         self._hook.percache_request_start(ctx=ctx, prompt=prompt)
 
     def request_end(self, ctx: EngineContext, prompt: Prompt, stats: GenerationStats,
-                    generation: Generation | None) -> None:
-        self._hook.percache_request_end(ctx=ctx, prompt=prompt, stats=stats, generation=generation)
+                    generation: Generation | None) -> int:
+        """How many implementations raised (an observer: logged, not raised)."""
+        return observe(self.pm, "percache_request_end",
+                       dict(ctx=ctx, prompt=prompt, stats=stats, generation=generation))
 
     def retrieve(self, ctx: AssistantContext, query: Query, k: int, scope: str | None) -> list[Chunk]:
         return list(self._hook.percache_retrieve(ctx=ctx, query=query, k=k, scope=scope) or [])
@@ -231,9 +236,11 @@ class Hooks:
 
     def qa_store(self, ctx: AssistantContext, query: Query, answer: str | None, scope: str | None,
                  sources: Sequence[str], origin: str = "user",
-                 tokens: AnswerTokens | None = None) -> None:
-        self._hook.percache_qa_store(ctx=ctx, query=query, answer=answer, scope=scope,
-                                     sources=sources, origin=origin, tokens=tokens)
+                 tokens: AnswerTokens | None = None) -> int:
+        """How many implementations raised (a cache write: logged, not raised)."""
+        return observe(self.pm, "percache_qa_store",
+                       dict(ctx=ctx, query=query, answer=answer, scope=scope, sources=sources,
+                            origin=origin, tokens=tokens))
 
     def documents_added(self, ctx: AssistantContext, report: AddReport) -> None:
         self._hook.percache_documents_added(ctx=ctx, report=report)
@@ -282,14 +289,16 @@ class Hooks:
         score = self._hook.percache_turn_relevance(ctx=ctx, session=session, turn=turn, message=message)
         return 0.0 if score is None else float(score)
 
-    def session_saved(self, ctx: EngineContext, session: Session, turn_id: int) -> None:
-        self._hook.percache_session_saved(ctx=ctx, session=session, turn_id=turn_id)
+    def session_saved(self, ctx: EngineContext, session: Session, turn_id: int) -> int:
+        """How many implementations raised (an observer: logged, not raised)."""
+        return observe(self.pm, "percache_session_saved", dict(ctx=ctx, session=session, turn_id=turn_id))
 
     def session_loaded(self, ctx: EngineContext, session: Session, source: str) -> None:
         self._hook.percache_session_loaded(ctx=ctx, session=session, source=source)
 
-    def turn_logged(self, ctx: EngineContext, record: TurnRecord) -> None:
-        self._hook.percache_turn_logged(ctx=ctx, record=record)
+    def turn_logged(self, ctx: EngineContext, record: TurnRecord) -> int:
+        """How many implementations raised (an observer: logged, not raised)."""
+        return observe(self.pm, "percache_turn_logged", dict(ctx=ctx, record=record))
 
     def model_profile(self, model: torch.nn.Module) -> Any:
         return self._hook.percache_model_profile(model=model)

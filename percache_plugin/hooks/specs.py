@@ -9,6 +9,15 @@ No hook receives the handle: engine-side hooks get an
 :class:`~percache_plugin.hooks.contexts.EngineContext` (settings, K/V store, capabilities, hooks)
 and the ask() pipeline's hooks an :class:`~percache_plugin.hooks.contexts.AssistantContext`
 (settings, embedder, idle queue, hooks), both as ``ctx``.
+
+An exception a plugin raises in a hook carries a note naming the plugin and the hook
+(``percache: raised in plugin 'mypkg.MyPlugin' (percache_store_chunk)``) and propagates, except
+from the hooks in :data:`OBSERVER_HOOKS`: they run once the answer is computed and stored (or
+write the QA bank, a cache write), and nothing they return changes it, so like a failed cache
+write an implementation that raises is logged with its plugin's name, counted in
+``stats.plugin_errors`` (and ``pc.stats()``), and the other implementations still run; the
+request returns its answer. ``percache_request_start`` and ``percache_session_loaded`` observe
+too but run before the answer: they raise.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ if TYPE_CHECKING:
     from ..turnlog.record import TurnRecord
     from .contexts import AssistantContext, EngineContext
 
-__all__ = ["PROJECT", "hookspec", "hookimpl", "HOOK_NAMES"]
+__all__ = ["PROJECT", "hookspec", "hookimpl", "HOOK_NAMES", "OBSERVER_HOOKS"]
 
 PROJECT = "percache"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -265,6 +274,7 @@ def percache_request_end(
     ctx: EngineContext, prompt: Prompt, stats: GenerationStats, generation: Generation | None
 ) -> None:
     """A request finished; ``stats`` is final. Every implementation is called.
+    An observer (:data:`OBSERVER_HOOKS`): an exception is logged and counted, never raised.
 
     :param ctx: the engine context.
     :param prompt: the tokenized prompt.
@@ -474,6 +484,7 @@ def percache_qa_store(
     sources: Sequence[str], origin: str, tokens: AnswerTokens | None,
 ) -> None:
     """A question was answered (or prefilled); remember it. Every implementation is called.
+    An observer (:data:`OBSERVER_HOOKS`): an exception is logged and counted, never raised.
 
     :param ctx: the assistant context.
     :param query: the question.
@@ -657,6 +668,7 @@ def percache_turn_relevance(ctx: EngineContext, session: Session, turn: Turn, me
 @hookspec
 def percache_session_saved(ctx: EngineContext, session: Session, turn_id: int) -> None:
     """A chat turn was appended to the store. Every implementation is called.
+    An observer (:data:`OBSERVER_HOOKS`): an exception is logged and counted, never raised.
 
     :param ctx: the engine context.
     :param session: the session (``session.saved_upto`` cache positions are on disk).
@@ -678,6 +690,7 @@ def percache_session_loaded(ctx: EngineContext, session: Session, source: str) -
 @hookspec
 def percache_turn_logged(ctx: EngineContext, record: TurnRecord) -> None:
     """A chat turn was written to the turn log (memory level L3). Every implementation is called.
+    An observer (:data:`OBSERVER_HOOKS`): an exception is logged and counted, never raised.
 
     The record carries ``fact_ids``, taken from the turn's ``ChatStats.fact_ids``: a memory
     plugin that recalls facts into a turn's context sets that list during the turn, and the log
@@ -701,3 +714,9 @@ def percache_model_profile(model: torch.nn.Module) -> Any:
 HOOK_NAMES: tuple[str, ...] = tuple(
     name for name in dict(globals()) if name.startswith("percache_")
 )
+
+OBSERVER_HOOKS: frozenset[str] = frozenset({
+    "percache_request_end", "percache_qa_store", "percache_session_saved", "percache_turn_logged",
+})
+"""Hooks called after the answer is computed and stored, whose result changes nothing the caller
+gets: an implementation that raises is logged and counted in ``plugin_errors``, not raised."""

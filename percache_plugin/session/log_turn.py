@@ -36,5 +36,7 @@ def log_turn(turn_log: TurnLog, engine: Engine, session: Session, reply: Reply) 
         log.warning("percache: could not log turn %d of session %r: %s", turn.turn_id, session.name, exc)
         return None
     stats.log_id = record.log_id
-    engine.hooks.turn_logged(engine.ctx, record)
+    failed = engine.hooks.turn_logged(engine.ctx, record)
+    stats.plugin_errors += failed  # an observer: logged, the reply is kept
+    engine.stats().plugin_errors += failed
     return record

@@ -341,4 +341,6 @@ class Sessions:
             session.rewrite = True
             log.warning("percache: could not save session %r: %s", session.name, exc)
             return
-        self._engine.hooks.session_saved(self._engine.ctx, session, reply.turn_id)
+        failed = self._engine.hooks.session_saved(self._engine.ctx, session, reply.turn_id)
+        reply.stats.plugin_errors += failed  # an observer: logged, the reply is kept
+        self._engine.stats().plugin_errors += failed
