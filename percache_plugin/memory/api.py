@@ -114,16 +114,19 @@ class Memory:
 
     def update(self, fact_id: str, text: str, metadata: Mapping[str, str] | None = None) -> Fact:
         """Replace a fact's text; the old version stays in :meth:`history`. K/V and stored
-        answers built on the old text are dropped, and so is the old text in the chat turns it
+        answers built on the old text are dropped (its K/V under every model fingerprint, as
+        :meth:`forget` does), and so is the old text in the chat turns it
         was recalled into (as for :meth:`forget`; a session's region puts the new text in its
         place at the next turn): a later turn recalls the new text, never beside the old one."""
         old = self.bank.get(fact_id)
         fact = self.bank.update(fact_id, text, metadata)
-        self._drop_derived(old)
+        stores = self._ctx.engine.every_store()  # every fingerprint's K/V, as forget does
+        drop_kv(stores, old.id, set(old.kv_keys), old.text, self._token_ids)
+        self._drop_answers([old.id])
         for fn in self.updated:
             fn(fact_id)
         # the K/V of the old text a chat turn in flight stored after the drop (as for forget)
-        drop_kv([self._ctx.engine.store], fact_id, set(), old.text, self._token_ids)
+        drop_kv(stores, fact_id, set(), old.text, self._token_ids)
         return fact
 
     def history(self, fact_id: str) -> builtins.list[HistoryEvent]:
@@ -182,6 +185,3 @@ class Memory:
         return [list(self._tokenizer(t, add_special_tokens=False)["input_ids"])
                 for t in (text + separator, text)]
 
-    def _drop_derived(self, fact: Fact) -> tuple[int, int]:
-        kv = drop_kv([self._ctx.engine.store], fact.id, set(fact.kv_keys), fact.text, self._token_ids)
-        return kv, self._drop_answers([fact.id])
