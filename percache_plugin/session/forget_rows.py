@@ -21,6 +21,7 @@ import sqlite3
 from typing import NamedTuple
 
 from .state import RegionFact
+from .turn_rows import read_turn_ids
 
 __all__ = ["SessionCut", "drop_fact_rows", "read_region"]
 
@@ -47,6 +48,7 @@ class SessionCut(NamedTuple):
     former_ids: list[int]  # the conversation's ids before (to find the prefix blocks holding them)
     start: int  # the first changed position: the session's K/V from here on is gone
     turns_rewritten: int  # turns whose memory block was removed ('text' mode)
+    turns_unreadable: int = 0  # corrupt turn rows: deleted, or their memory block removed (turn_rows.py)
 
 
 def drop_fact_rows(db: sqlite3.Connection, fact_id: str) -> tuple[list[SessionCut], list[tuple[str, str]]]:
@@ -75,11 +77,21 @@ def drop_fact_rows(db: sqlite3.Connection, fact_id: str) -> tuple[list[SessionCu
             db.execute("UPDATE chat_memory SET facts = ? WHERE fingerprint = ? AND name = ?",
                        (json.dumps([[f.fact_id, f.text_hash, list(f.ids)] for f in facts if f.fact_id != fact_id]),
                         fp, name))
-        rewritten = 0
+        rewritten = unreadable = 0
         for turn_id, user_json, reply_json, fact_ids, bare in turns:
-            pos = len(ids)
-            ids += json.loads(user_json) + json.loads(reply_json)
-            if bare is None or fact_id not in json.loads(fact_ids):
+            pos, row = len(ids), read_turn_ids(user_json, reply_json, fact_ids, bare)
+            if row is None or row.repaired:  # it may hold the fact: cleaned as loading would (turn_rows.py)
+                cut, unreadable = pos if cut is None else min(cut, pos), unreadable + 1
+                where = (fp, name, turn_id)
+                if row is None:
+                    db.execute("DELETE FROM chat_turns WHERE fingerprint = ? AND name = ? AND turn_id = ?", where)
+                    continue
+                ids += _former(user_json, row.user_ids) + row.reply_ids
+                db.execute("UPDATE chat_turns SET user_ids = ?, fact_ids = '[]', bare_ids = NULL WHERE "
+                           "fingerprint = ? AND name = ? AND turn_id = ?", (json.dumps(row.user_ids), *where))
+                continue
+            ids += row.user_ids + row.reply_ids
+            if row.bare_ids is None or fact_id not in row.fact_ids:
                 continue
             cut = pos if cut is None else min(cut, pos)
             rewritten += 1
@@ -92,5 +104,12 @@ def drop_fact_rows(db: sqlite3.Connection, fact_id: str) -> tuple[list[SessionCu
         db.execute("DELETE FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?", (fp, name, cut))
         # other copies of the session (handles, processes) read it again before a turn
         db.execute("UPDATE chat_version SET version = version + 1 WHERE name = ?", (name,))
-        changed.append(SessionCut(fp, name, ids, cut, rewritten))
+        changed.append(SessionCut(fp, name, ids, cut, rewritten, unreadable))
     return changed, files
+
+
+def _former(user_json: str, repaired: list[int]) -> list[int]:
+    """A repaired turn's user ids as stored (with its memory block, to find the blocks holding
+    it), else as repaired."""
+    stored = read_turn_ids(user_json, "[]", "[]", None)
+    return repaired if stored is None else stored.user_ids

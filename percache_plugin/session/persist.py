@@ -40,6 +40,7 @@ from .schema import (
     migrate,
 )
 from .state import Session, Turn, cache_tokens
+from .turn_rows import read_turn_ids
 
 __all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "MEMORY_SCHEMA",
            "SESSIONS_DIR", "SESSIONS_DB"]
@@ -107,8 +108,9 @@ class SessionStore:
         n_turns: dict[tuple[str, str], list[int]] = {}
         for fp, name, user_ids, reply_ids in turns:
             counts = n_turns.setdefault((fp, name), [0, 0])
-            counts[0] += 1
-            counts[1] += len(json.loads(user_ids)) + len(json.loads(reply_ids))
+            got = read_turn_ids(user_ids, reply_ids, "[]", None)  # an unreadable turn is not loaded either
+            counts[0] += got is not None
+            counts[1] += 0 if got is None else len(got.user_ids) + len(got.reply_ids)
         kv: dict[tuple[str, str], list[int]] = {}
         for fp, name, stop, layout in spans:
             sizes = kv.setdefault((fp, name), [0, 0])
@@ -227,6 +229,10 @@ class SessionStore:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         for fp, file in files:
             (self.dir.parent / fp[:32] / file).unlink(missing_ok=True)
+        for cut in changed:
+            if cut.turns_unreadable:
+                log.warning("percache: forget cleaned %d unreadable turn rows of session %r (dropped, or their "
+                            "memory block removed)", cut.turns_unreadable, cut.name)
         return changed
 
     # -- loading ------------------------------------------------------------------------
@@ -255,8 +261,20 @@ class SessionStore:
         session = Session(name, row[0], json.loads(row[1]), row[2], next_turn=row[3], evicted_turns=row[4])
         # rows of other weights are newer: the next turn reads those (-1 never matches)
         session.version = 0 if latest is None else latest[0] if latest[1] == fp else -1
-        session.turns = [Turn(t[0], t[1], json.loads(t[2]), json.loads(t[3]), t[4], bool(t[5]), bool(t[6]),
-                              json.loads(t[7]), None if t[8] is None else json.loads(t[8])) for t in turns]
+        for t in turns:
+            ids = read_turn_ids(t[2], t[3], t[7], t[8])
+            if ids is None or ids.repaired:
+                session.unreadable_turns.append(t[0])
+            if ids is not None:
+                session.turns.append(Turn(t[0], t[1], ids.user_ids, ids.reply_ids, t[4], bool(t[5]), bool(t[6]),
+                                          ids.fact_ids, ids.bare_ids))
+        if session.unreadable_turns:  # the snapshot's positions no longer match the turns: not served
+            kept = {t.turn_id for t in session.turns}
+            log.warning("percache: session %r has unreadable turn rows: turns %s dropped, turns %s without "
+                        "their memory block; the rest is computed again with the next turn", name,
+                        [i for i in session.unreadable_turns if i not in kept],
+                        [i for i in session.unreadable_turns if i in kept])
+            slices, session.rewrite = [], True
         region = None if memory is None else read_region(memory[1], memory[2], memory[0])
         if region is not None:
             session.memory_header, session.memory, session.memory_scope = region

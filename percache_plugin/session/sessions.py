@@ -57,6 +57,7 @@ class SessionInfo:
     kv_bytes: int
     system: str | None
     fingerprint: str = ""  # saved under other weights only (a LoRA persona's; chat(persona=) resumes it)
+    unreadable_turns: tuple[int, ...] = ()  # turns whose saved rows were corrupt when read (dropped or repaired)
 
 
 class Sessions:
@@ -180,7 +181,8 @@ class Sessions:
             sessions = [self.get(n) for n in self.names()]
             elsewhere = self._store.elsewhere() if self._store is not None else []
         infos = [SessionInfo(s.name, len(s.turns), s.evicted_turns, s.n_tokens,
-                             cache_tokens(s.cache), cache_bytes(s.cache), s.system) for s in sessions]
+                             cache_tokens(s.cache), cache_bytes(s.cache), s.system,
+                             unreadable_turns=tuple(s.unreadable_turns)) for s in sessions]
         known = {i.name for i in infos}
         infos += [SessionInfo(e.name, e.turns, e.evicted_turns, e.tokens, e.kv_tokens, e.kv_bytes,
                               e.system, e.fingerprint) for e in elsewhere if e.name not in known]

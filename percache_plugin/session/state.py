@@ -103,6 +103,7 @@ class Session:
     memory: list[RegionFact] = field(default_factory=list)  # the memory region's facts, in order
     memory_header: list[int] = field(default_factory=list)  # ids before the facts (with any fact)
     memory_scope: str | None = None  # the memory scope the region's facts come from
+    unreadable_turns: list[int] = field(default_factory=list)  # turn ids whose saved rows were corrupt (turn_rows.py)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
