@@ -325,7 +325,8 @@ class Config:
         "Token budget of each chat session's ephemeral region (its turns, user + reply); the "
         "persistent region (system prompt, pinned turns) is not counted. When a turn would "
         "exceed it, whole oldest unpinned turns leave the cache. None: unbounded up to the "
-        "model's context (a turn that would run past it raises MessageTooLong).",
+        "model's context (a turn that would run past it raises MessageTooLong). A budget over "
+        "what the context leaves for the turns evicts to the context.",
         None,
     )
     session_eviction: Literal["exact", "shifted", "masked"] = _help(

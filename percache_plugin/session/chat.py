@@ -119,7 +119,8 @@ class ChatRunner:
         if bare is not None:
             stats.memory_tokens = len(turn_ids) - len(bare)
         self.check_fits(session, turn_ids, int(kwargs["max_new_tokens"]), stats.memory_tokens, region)
-        make_room(self.engine, session, len(turn_ids) + int(kwargs["max_new_tokens"]), message, stats)
+        start = None if region is None else len(session.head_ids) + region_tokens(self.engine, session, region)
+        make_room(self.engine, session, len(turn_ids) + int(kwargs["max_new_tokens"]), message, stats, start)
         self.check_context(session, len(turn_ids) + int(kwargs["max_new_tokens"]), region)
         editor = session_editor(session, self.engine.shifter,
                                 self.engine.capabilities.reasons.get("shifted_reuse", ""))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..cache_arg import cache_kw
+from ..decode import context_limit
 from .edits import session_editor
 from .reply import ChatStats
 from .state import Session, Turn, cache_tokens, crop_to
@@ -46,16 +47,27 @@ def masked_keep(session: Session) -> torch.Tensor:
     return keep
 
 
-def make_room(engine: Engine, session: Session, incoming: int, message: str, stats: ChatStats) -> None:
-    """Evict turns so that ``incoming`` more tokens (the new turn and its reply) fit the budget."""
+def make_room(engine: Engine, session: Session, incoming: int, message: str, stats: ChatStats,
+              start: int | None = None) -> None:
+    """Evict turns so that ``incoming`` more tokens (the new turn and its reply) fit the budget,
+    and the model's context after ``start`` (where the turns start once the turn's memory region
+    is set; None: where they start now) and the turns eviction cannot take (pinned, masked)."""
     config = engine.config
-    _leave_other_modes(session, config.session_eviction, stats)
+    mode = config.session_eviction
+    _leave_other_modes(session, mode, stats)
     budget = config.session_kv_tokens
+    room = None if budget is None else _context_room(engine, session, start)
+    if budget is not None and room is not None and room < budget:  # a budget over the context
+        if mode == "masked" and session.ephemeral_tokens + incoming > room:
+            # masked slots keep their positions: only turns that leave make room in the context
+            compact(session, stats)
+            stats.fallback = "masked eviction frees no position: evicted exactly to fit the model's context"
+            mode, room = "exact", _context_room(engine, session, start)
+        budget = min(budget, max(0, room if room is not None else budget))
     if budget is None or session.ephemeral_tokens + incoming <= budget:
         return
     target = min(int(budget * config.session_low_water), budget - incoming)
     need = session.ephemeral_tokens - max(target, 0)
-    mode = config.session_eviction
     if mode == "masked":
         chosen = _least_relevant(engine, session, need, message)
     else:
@@ -90,6 +102,17 @@ def make_room(engine: Engine, session: Session, incoming: int, message: str, sta
     session.rewrite = True  # turn rows change; slots change from the first evicted turn on
     if mode != "masked":
         session.saved_upto = min(session.saved_upto, first)
+
+
+def _context_room(engine: Engine, session: Session, start: int | None) -> int | None:
+    """Positions the model's context leaves for the turns eviction can take (None: no known
+    context): after the head and memory region (from ``start`` when the turn sets a region)
+    and the pinned and masked turns."""
+    limit = context_limit(engine.model)
+    if limit is None:
+        return None
+    fixed = sum(t.n_tokens for t in session.turns if t.pinned or t.masked)
+    return limit - fixed - (session.turns_start if start is None else start)
 
 
 def _leave_other_modes(session: Session, mode: str, stats: ChatStats) -> None:

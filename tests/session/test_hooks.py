@@ -127,3 +127,21 @@ def test_a_budget_keeps_a_long_conversation_within_the_model_context() -> None:
         assert len(reply.prompt_ids) + GEN["max_new_tokens"] <= 128
     assert reply.stats.turn_id == 12
     pc.close()
+
+
+@pytest.mark.parametrize("mode", ["exact", "shifted", "masked"])
+def test_a_budget_over_the_model_context_evicts_to_the_context(mode: str) -> None:
+    """session_kv_tokens larger than the context: eviction keeps the turns within the context
+    (a turn was refused, or ran past the positions, once the history outgrew it)."""
+    model, tok = tiny_pair("llama", max_position_embeddings=128)
+    pc = percache.enable(model, tok, session_kv_tokens=1000, session_eviction=mode)
+    evicted, fallbacks = 0, set()
+    for _ in range(16):
+        reply = pc.chat("More?", **GEN)
+        assert len(reply.prompt_ids) + GEN["max_new_tokens"] <= 128
+        evicted += reply.stats.turns_evicted
+        fallbacks.add(reply.stats.fallback)
+    assert reply.stats.turn_id == 16 and evicted > 0
+    # masked slots keep their positions: those turns leave exactly, said in stats.fallback
+    assert any("fit the model's context" in f for f in fallbacks if f) == (mode == "masked")
+    pc.close()
