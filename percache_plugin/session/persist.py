@@ -115,7 +115,7 @@ class SessionStore:
         for fp, name, stop, layout in spans:
             sizes = kv.setdefault((fp, name), [0, 0])
             sizes[0] = max(sizes[0], stop)
-            sizes[1] += sum(_DTYPE_BYTES.get(d, 4) * _numel(shape) for _, d, shape in json.loads(layout))
+            sizes[1] += sum(_DTYPE_BYTES.get(d, 4) * _numel(list(shape)) for _, d, shape in _layout(layout) or [])
         best: dict[str, StoredSession] = {}
         for fp, name, system, head, evicted in rows:
             count, tokens = n_turns.get((fp, name), [0, 0])
@@ -301,8 +301,8 @@ class SessionStore:
         for start, stop, file, checksum, layout in slices:
             if start != pos:
                 return None
-            specs: list[TensorSpec] = [(n, d, tuple(s)) for n, d, s in json.loads(layout)]
-            if any(s[1] != stop - start for _, _, s in specs):
+            specs = _layout(layout)
+            if specs is None or any(len(s) < 2 or s[1] != stop - start for _, _, s in specs):
                 return None
             try:
                 parts.append(read_node_file(self.dir / file, expected_metadata={"fingerprint": self.fingerprint},
@@ -318,6 +318,14 @@ class SessionStore:
 
 
 _DTYPE_BYTES = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8}
+
+
+def _layout(text: str) -> list[TensorSpec] | None:
+    """A ``chat_kv`` row's tensor layout; None when it is not the JSON written (the slice is a miss)."""
+    try:
+        return [(str(n), str(d), tuple(int(x) for x in s)) for n, d, s in json.loads(text)]
+    except (TypeError, ValueError):
+        return None
 
 
 def _numel(shape: list[int]) -> int:

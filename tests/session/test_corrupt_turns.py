@@ -95,3 +95,29 @@ def test_sessions_list_counts_only_readable_turns_of_other_weights(tmp_path: Pat
         assert info.fingerprint == "other weights" and info.turns == 2
     finally:
         pc.close()
+
+
+@pytest.mark.parametrize("other_weights", [False, True])
+def test_a_corrupt_kv_layout_is_a_miss(tmp_path: Path, other_weights: bool) -> None:
+    """A ``chat_kv`` row whose layout is not the JSON written: the snapshot is not served (it
+    raised from json on load and in pc.sessions.list())."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path)
+    pc.sessions.create("s")
+    pc.chat("Hello there.", session="s", max_new_tokens=3)
+    pc.close()
+    assert _rows(tmp_path, "UPDATE chat_kv SET layout = ? WHERE name = 's'", (BROKEN,)) == []
+    if other_weights:
+        for table in ("chat_sessions", "chat_turns", "chat_kv", "chat_memory", "chat_exact"):
+            _rows(tmp_path, f"UPDATE {table} SET fingerprint = 'other weights'")
+    pc = percache.enable(model, tok, store=tmp_path)
+    try:
+        info = {i.name: i for i in pc.sessions.list()}["s"]
+        assert info.turns == 1 and info.kv_bytes == 0
+        if not other_weights:
+            assert pc.sessions.get("s").restored == "ids"
+            reply = pc.chat("And then?", session="s", max_new_tokens=3)
+            with pc.disabled():
+                assert reply.token_ids == baseline(pc.model, reply.prompt_ids, 3)[0]
+    finally:
+        pc.close()
