@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..attention.kinds import UnsupportedModelError, reuse_limitation
+from .drafts import check_draft_tree, check_drafted_decoding
 from .result import FAIL, NA, CheckResult, Outcome, failed, not_applicable
 from .reuse import (
     check_bf16,
@@ -27,6 +28,7 @@ __all__ = [
     "CHECKS",
     "EXACT_CHECKS",
     "SHIFTED_CHECKS",
+    "DRAFT_CHECKS",
     "Capability",
     "SuiteReport",
     "get_check",
@@ -60,12 +62,17 @@ CHECKS: tuple[Check, ...] = (
     Check("rope_shift", check_rope_shift),
     Check("splice_recompute_all", check_splice_recompute_all),
     Check("shifted_reuse", check_shifted_reuse),
+    Check("drafted_decoding", check_drafted_decoding),
+    Check("draft_tree", check_draft_tree),
 )
 """Every check, in the order the suite runs them."""
 EXACT_CHECKS: tuple[str, ...] = tuple(c.name for c in CHECKS[:8])
 """Checks that exact reuse rests on."""
-SHIFTED_CHECKS: tuple[str, ...] = tuple(c.name for c in CHECKS[8:])
+SHIFTED_CHECKS: tuple[str, ...] = tuple(c.name for c in CHECKS[8:11])
 """Checks that shifted (position-independent) reuse rests on."""
+DRAFT_CHECKS: tuple[str, ...] = tuple(c.name for c in CHECKS[11:])
+"""Checks of drafted decoding (chains, token trees): they count in the suite's result, not in
+either reuse capability."""
 
 
 def get_check(name: str) -> Check:
