@@ -92,7 +92,12 @@ class ChatRunner:
     def _follow_layout(self, session: Session) -> None:
         """A session that never had a turn starts with the head and glue of the layout in use
         now (the chat template setting may have changed since it was created), as a new one
-        would."""
+        would. A session whose saved head was unreadable gets the head of its system prompt."""
+        if session.head_unreadable:
+            session.head_ids, session.head_unreadable = self.layout.head(session.system)[0], False
+            session.cache, session.keep = DynamicCache(), None
+            session.saved_upto, session.rewrite, session.approx_from = 0, True, None
+            return
         if session.next_turn != 1:
             return
         head, glue = self.layout.head(session.system)

@@ -21,7 +21,7 @@ import sqlite3
 from typing import NamedTuple
 
 from .state import RegionFact
-from .turn_rows import read_turn_ids
+from .turn_rows import read_ids, read_turn_ids
 
 __all__ = ["SessionCut", "drop_fact_rows", "read_region"]
 
@@ -58,7 +58,7 @@ def drop_fact_rows(db: sqlite3.Connection, fact_id: str) -> tuple[list[SessionCu
     changed, files = [], []
     for fp, name, head_json in db.execute("SELECT fingerprint, name, head_ids FROM chat_sessions").fetchall():
         key = (fp, name)
-        head = json.loads(head_json)
+        head = read_ids(head_json)  # None: unreadable, its length unknown (a change cuts from 0)
         memory = db.execute("SELECT header, facts FROM chat_memory WHERE fingerprint = ? AND name = ?",
                             key).fetchone()
         read = ([], [], None) if memory is None else read_region(memory[0], memory[1])
@@ -66,14 +66,14 @@ def drop_fact_rows(db: sqlite3.Connection, fact_id: str) -> tuple[list[SessionCu
         region = header + [t for f in facts for t in f.ids] if facts else []
         turns = db.execute("SELECT turn_id, user_ids, reply_ids, fact_ids, bare_ids FROM chat_turns "
                            "WHERE fingerprint = ? AND name = ? ORDER BY turn_id", key).fetchall()
-        ids = head + region
+        ids = (head or []) + region
         cut = None
         at = next((i for i, f in enumerate(facts) if f.fact_id == fact_id), None)
         if read is None:  # unreadable: it may hold the fact; the region leaves whole
-            cut, at = len(head), None
+            cut, at = len(head or []), None
             db.execute("UPDATE chat_memory SET header = '[]', facts = '[]' WHERE fingerprint = ? AND name = ?", key)
         if at is not None:
-            cut = len(head) + (len(header) + sum(len(f.ids) for f in facts[:at]) if at else 0)
+            cut = len(head or []) + (len(header) + sum(len(f.ids) for f in facts[:at]) if at else 0)
             db.execute("UPDATE chat_memory SET facts = ? WHERE fingerprint = ? AND name = ?",
                        (json.dumps([[f.fact_id, f.text_hash, list(f.ids)] for f in facts if f.fact_id != fact_id]),
                         fp, name))
@@ -99,6 +99,7 @@ def drop_fact_rows(db: sqlite3.Connection, fact_id: str) -> tuple[list[SessionCu
                        "fingerprint = ? AND name = ? AND turn_id = ?", (bare, fp, name, turn_id))
         if cut is None:
             continue
+        cut = cut if head is not None else 0
         files += [(fp, f) for (f,) in db.execute(
             "SELECT file FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?", (fp, name, cut)).fetchall()]
         db.execute("DELETE FROM chat_kv WHERE fingerprint = ? AND name = ? AND stop > ?", (fp, name, cut))

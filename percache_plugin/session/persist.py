@@ -40,7 +40,7 @@ from .schema import (
     migrate,
 )
 from .state import Session, Turn, cache_tokens
-from .turn_rows import read_turn_ids
+from .turn_rows import read_ids, read_turn_ids
 
 __all__ = ["SessionStore", "StoredSession", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "MEMORY_SCHEMA",
            "SESSIONS_DIR", "SESSIONS_DB"]
@@ -121,7 +121,7 @@ class SessionStore:
             count, tokens = n_turns.get((fp, name), [0, 0])
             kv_tokens, kv_bytes = kv.get((fp, name), [0, 0])
             info = StoredSession(name, fp, system, count, evicted,
-                                 len(json.loads(head)) + region.get((fp, name), 0) + tokens,
+                                 len(read_ids(head) or []) + region.get((fp, name), 0) + tokens,
                                  kv_tokens, kv_bytes)
             if name not in best or info.turns > best[name].turns:
                 best[name] = info
@@ -258,7 +258,11 @@ class SessionStore:
                                      (name,)).fetchone()
             memory = self.db.execute("SELECT scope, header, facts FROM chat_memory WHERE fingerprint = ? "
                                      "AND name = ?", (fp, name)).fetchone()
-        session = Session(name, row[0], json.loads(row[1]), row[2], next_turn=row[3], evicted_turns=row[4])
+        head = read_ids(row[1])
+        session = Session(name, row[0], head or [], row[2], next_turn=row[3], evicted_turns=row[4])
+        if head is None:  # the head is the system prompt in the template: tokenized again (chat.py)
+            log.warning("percache: session %r's head ids are unreadable; they are tokenized again", name)
+            session.head_unreadable, slices, session.rewrite = True, [], True
         # rows of other weights are newer: the next turn reads those (-1 never matches)
         session.version = 0 if latest is None else latest[0] if latest[1] == fp else -1
         for t in turns:

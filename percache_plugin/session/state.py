@@ -104,6 +104,7 @@ class Session:
     memory_header: list[int] = field(default_factory=list)  # ids before the facts (with any fact)
     memory_scope: str | None = None  # the memory scope the region's facts come from
     unreadable_turns: list[int] = field(default_factory=list)  # turn ids whose saved rows were corrupt (turn_rows.py)
+    head_unreadable: bool = False  # its saved head_ids were corrupt: the next turn tokenizes the head again
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-__all__ = ["TurnIds", "read_turn_ids"]
+__all__ = ["TurnIds", "read_ids", "read_turn_ids"]
 
 
 class TurnIds(NamedTuple):
@@ -33,7 +33,7 @@ class TurnIds(NamedTuple):
     repaired: bool
 
 
-def _ids(text: Any) -> list[int] | None:
+def read_ids(text: Any) -> list[int] | None:
     """A JSON list of token ids, or None when ``text`` is not one."""
     try:
         value = json.loads(text)
@@ -57,11 +57,11 @@ def _fact_ids(text: Any) -> list[str] | None:
 def read_turn_ids(user: Any, reply: Any, facts: Any, bare: Any) -> TurnIds | None:
     """The ids of a ``chat_turns`` row from its ``user_ids``, ``reply_ids``, ``fact_ids`` and
     ``bare_ids`` columns; None: the turn is unreadable and leaves (see the module docstring)."""
-    user_ids, reply_ids = _ids(user), _ids(reply)
+    user_ids, reply_ids = read_ids(user), read_ids(reply)
     if user_ids is None or reply_ids is None:
         return None
     fact_ids = _fact_ids(facts)
-    bare_ids = None if bare is None else _ids(bare)
+    bare_ids = None if bare is None else read_ids(bare)
     if bare is not None and bare_ids is None:  # the block cannot be taken out unless none was recalled
         return TurnIds(user_ids, reply_ids, [], None, True) if fact_ids == [] else None
     if fact_ids is None:  # which facts are unknown: the memory block (if any) leaves

@@ -30,7 +30,7 @@ def _rows(tmp_path: Path, sql: str = "SELECT turn_id, user_ids, reply_ids, fact_
     return rows
 
 
-def _saved_with_a_corrupt_turn(tmp_path: Path, column: str) -> tuple[Any, Any, list[str], list[Any]]:
+def _saved_with_a_corrupt_turn(tmp_path: Path, column: str | None) -> tuple[Any, Any, list[str], list[Any]]:
     """Session 's' of three turns that recalled facts as text, turn 2's ``column`` corrupted;
     returns the model, tokenizer, fact ids and the rows as written."""
     model, tok = tiny_pair("llama")
@@ -42,7 +42,8 @@ def _saved_with_a_corrupt_turn(tmp_path: Path, column: str) -> tuple[Any, Any, l
     pc.close()
     rows = _rows(tmp_path)
     assert [r[0] for r in rows] == [1, 2, 3] and all(r[4] is not None for r in rows)  # facts recalled as text
-    _rows(tmp_path, f"UPDATE chat_turns SET {column} = ? WHERE name = 's' AND turn_id = 2", (BROKEN,))
+    if column is not None:
+        _rows(tmp_path, f"UPDATE chat_turns SET {column} = ? WHERE name = 's' AND turn_id = 2", (BROKEN,))
     return model, tok, ids, rows
 
 
@@ -121,3 +122,24 @@ def test_a_corrupt_kv_layout_is_a_miss(tmp_path: Path, other_weights: bool) -> N
                 assert reply.token_ids == baseline(pc.model, reply.prompt_ids, 3)[0]
     finally:
         pc.close()
+
+
+def test_a_corrupt_head_is_tokenized_again(tmp_path: Path) -> None:
+    """A ``chat_sessions`` row whose head ids are not the JSON written: the session lists and
+    loads, the next turn tokenizes the head from the system prompt and runs exactly, and a
+    forget goes on (all raised from json)."""
+    model, tok, ids, _ = _saved_with_a_corrupt_turn(tmp_path, None)
+    (head,) = _rows(tmp_path, "SELECT head_ids FROM chat_sessions WHERE name = 's'")[0]
+    _rows(tmp_path, "UPDATE chat_sessions SET head_ids = ? WHERE name = 's'", (BROKEN,))
+    pc = percache.enable(model, tok, store=tmp_path, **CONFIG)
+    try:
+        assert {i.name: i for i in pc.sessions.list()}["s"].turns == 3
+        assert pc.sessions.get("s").restored == "ids"
+        pc.memory.forget(ids[0])
+        reply = pc.chat("What else?", session="s", max_new_tokens=3)
+        assert reply.prompt_ids[:len(json.loads(head))] == json.loads(head)
+        with pc.disabled():
+            assert reply.token_ids == baseline(pc.model, reply.prompt_ids, 3)[0]
+    finally:
+        pc.close()
+    assert _rows(tmp_path, "SELECT head_ids FROM chat_sessions WHERE name = 's'") == [(head,)]
