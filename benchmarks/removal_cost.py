@@ -1,0 +1,149 @@
+"""What removing or adding one document costs as the QA bank of its scope grows.
+
+A removal or an addition re-checks every fresh stored answer of the document's scope: its
+question is retrieved again and the answer is marked stale when its top-k moved
+(``percache_documents_added``). A removal also forgets what was built on the chunks twice,
+saves the index snapshot and checkpoints SQLite. This times, on an on-disk store, one
+``pc.knowledge.remove_document`` and one ``pc.add_documents`` of the same document in a scope
+of ``--docs`` synthetic documents holding N stored answers, for each N of ``--answers``:
+
+- ``remove_ms`` / ``add_ms``: medians over ``--repeats`` of the whole call;
+- ``recheck_ms``: the part of it spent in ``percache_documents_added`` (the re-check);
+- ``retrievals``, ``stale``: deterministic counts per call (retrievals run by the re-check,
+  answers it marked stale). Answers marked stale or deleted are stored fresh again, untimed,
+  before the next call, so every call starts from N fresh answers (a removal deletes those
+  built on the document's chunks before the re-check: it retrieves for the others).
+
+No forward runs: the answers are stored directly (``pc.qa_bank.add``, sources = the question's
+retrieval now), the model is a tiny random Llama with SmolLM2's tokenizer.
+
+Example::
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/removal_cost.py --answers 0 100 1000 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import percache_plugin as percache
+from percache_plugin.bundled import SMOLLM2_GGUF, smollm2_path
+from percache_plugin.hooks.specs import hookimpl
+
+SCOPE = "s"
+
+
+class Probe:
+    """Counts retrievals and times the re-check (``percache_documents_added``)."""
+
+    def __init__(self) -> None:
+        self.retrievals = 0
+        self.recheck_s = 0.0
+
+    @hookimpl(wrapper=True)
+    def percache_retrieve(self, ctx: Any, query: Any, k: int, scope: str | None) -> Generator[None, Any, Any]:
+        self.retrievals += 1
+        return (yield)
+
+    @hookimpl(wrapper=True)
+    def percache_documents_added(self, ctx: Any, report: Any) -> Generator[None, Any, Any]:
+        start = time.perf_counter()
+        try:
+            return (yield)
+        finally:
+            self.recheck_s += time.perf_counter() - start
+
+
+def _words(rng: random.Random, vocab: list[str], n: int) -> str:
+    return " ".join(rng.choice(vocab) for _ in range(n))
+
+
+def _model(tok: Any) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    return LlamaForCausalLM(config).eval()
+
+
+def _refresh(pc: percache.PerCache, questions: list[str], k: int) -> None:
+    """Store again, fresh, every answer marked stale or deleted (a removal deletes those built
+    on the document's chunks), its sources the question's retrieval now."""
+    fresh = {e.question for e in pc.qa_bank.entries(scope=SCOPE) if not e.stale}
+    for q in questions:
+        if q not in fresh:
+            sources = [c.id for c in pc.knowledge.retrieve(q, k, scope=SCOPE)]
+            pc.qa_bank.add(q, "an answer", scope=SCOPE, sources=sources)
+
+
+def measure(tok: Any, n_answers: int, args: argparse.Namespace) -> dict[str, object]:
+    rng = random.Random(args.seed)
+    vocab = [f"w{i}" for i in range(args.vocab)]
+    docs = [{"text": _words(rng, vocab, args.doc_words), "id": f"d{i}"} for i in range(args.docs)]
+    extra = {"text": _words(rng, vocab, args.doc_words), "id": "x"}
+    questions = [_words(rng, vocab, args.question_words) + "?" for _ in range(n_answers)]
+    probe = Probe()
+    with tempfile.TemporaryDirectory() as tmp:
+        pc = percache.enable(_model(tok), tok, store=Path(tmp) / "store", plugins=[probe],
+                             embedder=args.embedder, answer_grounding=False, predict="off",
+                             kv_warm=False, draft_calibrate_idle=False, top_k=args.k)
+        try:
+            pc.add_documents(docs + [extra], scope=SCOPE)
+            _refresh(pc, questions, args.k)
+            chunks = len(pc.knowledge.chunks())
+            rows: dict[str, list[float]] = {"remove": [], "remove_recheck": [], "add": [], "add_recheck": []}
+            counts: dict[str, set[tuple[int, int]]] = {"remove": set(), "add": set()}
+            for _ in range(args.repeats):
+                for op in ("remove", "add"):
+                    _refresh(pc, questions, args.k)
+                    probe.retrievals, probe.recheck_s = 0, 0.0
+                    before = sum(e.stale for e in pc.qa_bank.entries(scope=SCOPE))
+                    start = time.perf_counter()
+                    if op == "remove":
+                        pc.knowledge.remove_document("x", SCOPE)
+                    else:
+                        pc.add_documents([extra], scope=SCOPE)
+                    rows[op].append(time.perf_counter() - start)
+                    rows[f"{op}_recheck"].append(probe.recheck_s)
+                    stale = sum(e.stale for e in pc.qa_bank.entries(scope=SCOPE)) - before
+                    counts[op].add((probe.retrievals, stale))
+        finally:
+            pc.close()
+    out: dict[str, object] = {"answers": n_answers, "docs": args.docs, "chunks": chunks}
+    for op in ("remove", "add"):
+        out[f"{op}_ms"] = round(1000 * statistics.median(rows[op]), 1)
+        out[f"{op}_recheck_ms"] = round(1000 * statistics.median(rows[f"{op}_recheck"]), 1)
+        (retrievals, stale), = counts[op]  # one value: the counts are deterministic
+        out[f"{op}_retrievals"], out[f"{op}_stale"] = retrievals, stale
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--answers", type=int, nargs="+", default=[0, 100, 1000, 3000])
+    parser.add_argument("--docs", type=int, default=50, help="documents in the scope besides the one moved")
+    parser.add_argument("--doc-words", type=int, default=300)
+    parser.add_argument("--question-words", type=int, default=6)
+    parser.add_argument("--vocab", type=int, default=3000, help="distinct words the texts are drawn from")
+    parser.add_argument("--k", type=int, default=3, help="top_k")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--embedder", default="hash", help="'hash' or 'minilm'")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path(), gguf_file=SMOLLM2_GGUF)
+    for n in args.answers:
+        print(json.dumps(measure(tok, n, args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
