@@ -242,7 +242,7 @@ class HybridIndex:
             else []
         )
         return fuse(bm25, dense, fusion=self._fusion, weights=self._weights, rrf_k=self._rrf_k,
-                    label=lambda cid: self._entries[cid].label, big=len(self._entries) + 1)[:k]
+                    label=lambda cid: self._entries[cid].label, big=len(self._entries) + 1, limit=k)
 
     def _vector_ranking(
         self, vector: np.ndarray, scope: str | None, n: int

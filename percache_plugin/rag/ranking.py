@@ -19,6 +19,7 @@ __all__ = ["BM25Ranker", "Fusion", "Hit", "fuse", "tokenize"]
 
 Fusion = Literal["rrf", "bm25", "vector"]
 _WORD = re.compile(r"\w+")
+_TERM_CACHE_FLOATS = 1 << 22  # 32 MiB of cached token scores at most
 
 
 def tokenize(text: str) -> list[str]:
@@ -46,6 +47,9 @@ class BM25Ranker:
         self._bm25: BM25Okapi | None = None
         self._ids: list[str] = []
         self._scopes: np.ndarray = np.zeros(0, dtype=object)
+        self._terms: dict[str, np.ndarray] = {}  # a token's score per chunk, until the corpus changes
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}  # token -> chunk rows, counts
+        self._norm: np.ndarray = np.zeros(0)
         self._stale = True
 
     def invalidate(self) -> None:
@@ -61,7 +65,9 @@ class BM25Ranker:
             self._rebuild()
         if self._bm25 is None:
             return []
-        scores = np.asarray(self._bm25.get_scores(tokens), dtype=np.float64)
+        scores = np.zeros(len(self._ids))
+        for token in tokens:  # BM25Okapi.get_scores's sum, in its order: the same floats
+            scores += self._term(token)
         keep = scores > 0  # rank_bm25 floors idf above 0, so > 0 means a shared token
         keep &= self._scopes == scope  # elementwise, None included
         idx = np.flatnonzero(keep)
@@ -75,13 +81,42 @@ class BM25Ranker:
         # BM25Okapi divides by the average length: it cannot take an all-empty corpus.
         has_tokens = any(tokens for _, _, tokens in corpus)
         self._bm25 = BM25Okapi([tokens for _, _, tokens in corpus]) if has_tokens else None
+        self._terms, self._postings = {}, {}
+        if self._bm25 is not None:
+            bm25 = self._bm25
+            for i, doc in enumerate(bm25.doc_freqs):
+                for token, count in doc.items():
+                    self._postings.setdefault(token, ([], []))[0].append(i)
+                    self._postings[token][1].append(count)
+            # get_scores computes this array for every token: the same floats, once
+            self._norm = bm25.k1 * (1 - bm25.b + bm25.b * np.array(bm25.doc_len) / bm25.avgdl)
         self._stale = False
+
+    def _term(self, token: str) -> np.ndarray:
+        """One token's term of ``BM25Okapi.get_scores``, computed as it does (same floats), once
+        per corpus and from the postings: get_scores walks every chunk's word counts in Python
+        for each token of each query, and re-checking every stored question after a change
+        scores the same words again and again."""
+        term = self._terms.get(token)
+        if term is None:
+            bm25 = self._bm25
+            assert bm25 is not None
+            freq = np.zeros(len(self._ids), dtype=np.int64)  # get_scores's counts, from the postings
+            rows, counts = self._postings.get(token, ((), ()))
+            freq[list(rows)] = counts
+            term = (bm25.idf.get(token) or 0) * (freq * (bm25.k1 + 1) / (freq + self._norm))
+            if len(self._terms) * len(self._ids) >= _TERM_CACHE_FLOATS:
+                self._terms.clear()
+            self._terms[token] = term
+        return term
 
 
 def fuse(bm25: list[tuple[str, float]], dense: list[tuple[str, float]], *, fusion: Fusion,
-         weights: tuple[float, float], rrf_k: int, label: Callable[[str], int], big: int) -> list[Hit]:
+         weights: tuple[float, float], rrf_k: int, label: Callable[[str], int], big: int,
+         limit: int | None = None) -> list[Hit]:
     """Fuse two rankings (see :class:`~percache_plugin.rag.index.HybridIndex`). Ties keep the
-    better single rank (``big`` stands for "not ranked"), then ``label`` (insertion order)."""
+    better single rank (``big`` stands for "not ranked"), then ``label`` (insertion order).
+    ``limit``: only the best ``limit`` hits are built."""
     bm25_rank = {cid: r for r, (cid, _) in enumerate(bm25, 1)}
     dense_rank = {cid: r for r, (cid, _) in enumerate(dense, 1)}
     if fusion == "rrf":
@@ -97,4 +132,4 @@ def fuse(bm25: list[tuple[str, float]], dense: list[tuple[str, float]], *, fusio
         return (-scores[cid], best, label(cid))
 
     return [Hit(cid, float(scores[cid]), bm25_rank.get(cid), dense_rank.get(cid))
-            for cid in sorted(scores, key=order)]
+            for cid in sorted(scores, key=order)[:limit]]
