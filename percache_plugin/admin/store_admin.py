@@ -266,9 +266,7 @@ class StoreAdmin:
             kv_nodes = delete_chunk_kv((self.kv_store(fp) for fp in self.fingerprints()), held)
             forget_stored_predictions(self.path / DB_NAME, held)  # built again by a handle
             gone = [cid for s in scopes for cid in kb.remove_document(doc_id, s)]
-            # BM25 reweighs every word of the scope, so another answer's question may now
-            # retrieve other chunks; with no handle's retrieval settings here, none of the
-            # scope's answers is served again until a handle answers it anew.
+            # BM25 reweighs the scope: with no handle's retrieval settings to re-check, none is served
             stale = self.qa_bank.mark_stale_for((), lambda q, s, v: None, lambda model, s: s in scopes)
             return RemoveReport(len(scopes), len(gone), kv_nodes, len(qa), len(stale))
 
