@@ -87,12 +87,23 @@ def _sizes_for(config: Any) -> dict[str, Any]:
         sizes.pop("head_dim")
     if "kv_lora_rank" in sizes:  # MLA: every head has its own keys (one latent per token)
         sizes["num_key_value_heads"] = sizes["num_attention_heads"]
+    attention_types: Any = getattr(config, "attention_types", None)
+    if _repeats(attention_types):  # GPT-Neo: [[kinds, repeats]] must add up to the layer count
+        kinds = list(attention_types[0][0])
+        sizes["attention_types"] = [[kinds, 1]]
+        sizes["num_hidden_layers"] = len(kinds)
     layer_types = getattr(config, "layer_types", None)
     if isinstance(layer_types, list) and layer_types:
         kinds = list(dict.fromkeys(layer_types))  # keep one layer of each kind, in order
         sizes["num_hidden_layers"] = max(2, len(kinds))
         sizes["layer_types"] = (kinds * 2)[: sizes["num_hidden_layers"]]
     return sizes
+
+
+def _repeats(value: Any) -> bool:
+    """Whether ``value`` is a GPT-Neo style ``[[kinds, repeats], ...]`` list."""
+    return isinstance(value, list) and bool(value) and isinstance(value[0], (list, tuple)) \
+        and len(value[0]) == 2 and isinstance(value[0][0], (list, tuple)) and bool(value[0][0])
 
 
 def tiny_config(model_type: str) -> Any:

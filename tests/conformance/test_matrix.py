@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from percache_plugin.conformance.families import registered_families
+from percache_plugin.conformance.families import build_family, registered_families
 from percache_plugin.conformance.matrix import FamilyRow, format_matrix, run_matrix
 
 MATRIX = Path(__file__).resolve().parents[2] / "docs" / "capability-matrix.md"
@@ -22,6 +22,15 @@ def test_builder_runs_the_suite_on_a_handful_of_families() -> None:
     assert rows["mamba"].status in ("pass", "skip") and rows["mamba"].reason
     text = format_matrix(list(rows.values()))
     assert "registered causal-LM families: **4**" in text
+
+
+def test_gpt_neo_is_built_with_one_layer_of_each_attention_kind() -> None:
+    # Its attention_types ([[["global", "local"], 12]]) must add up to the layer count: shrunk to
+    # 2 layers alone, the config was rejected and the matrix had no GPT-Neo row.
+    config = build_family("gpt_neo").config
+    assert config.attention_types == [[["global", "local"], 1]]
+    assert config.attention_layers == ["global", "local"] and config.num_layers == 2
+    assert config.window_size == 16
 
 
 def test_committed_matrix_covers_every_registered_family() -> None:
