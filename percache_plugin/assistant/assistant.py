@@ -68,7 +68,8 @@ class Assistant:
             answer=lambda query, scope, **kw: generate_answer(self, query, scope, **kw),
             served_paraphrases=self._served_paraphrases,
             dispute=lambda entry: len(dispute_paraphrases(self, entry, include_self=True)),
-            background_stats=self.background_stats, calibrate=lambda: measure_in_idle(engine))
+            background_stats=self.background_stats, totals=engine.stats(),
+            calibrate=lambda: measure_in_idle(engine))
         queue_calibration(self)  # a lookup; measured in idle time, never here
 
     @property

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..predict.state import PredictionState
     from ..rag.qa_types import QAEntry
     from ..request import Prefilled
-    from ..stats import Generation
+    from ..stats import Generation, StatsTotals
     from .ask import Answer
     from .scheduler import BackgroundStats
 
@@ -41,6 +41,9 @@ class IdleContext:
     :ivar dispute: ``dispute(entry)``: put ``entry`` and its paraphrases out of service;
         returns how many entries that touched.
     :ivar background_stats: background compute per task kind (runners add their cost).
+    :ivar totals: the handle's totals (``pc.stats()``): a runner adds there the failures it
+        counts outside a request (a cache write's ``plugin_errors`` or ``store_errors``), as a
+        foreground request does.
     :ivar calibrate: ``calibrate()``: measure and store the verify cost curve if still needed
         (:func:`~percache_plugin.assistant.calibrate_task.measure_in_idle`): the tokens it
         computed, or None when nothing ran.
@@ -51,7 +54,7 @@ class IdleContext:
                  prediction_state: Callable[[], PredictionState], answer: Callable[..., Answer],
                  served_paraphrases: Callable[[Query, str | None], list[QAEntry]],
                  dispute: Callable[[QAEntry], int], background_stats: BackgroundStats,
-                 calibrate: Callable[[], int | None] = lambda: None) -> None:
+                 totals: StatsTotals, calibrate: Callable[[], int | None] = lambda: None) -> None:
         self.ctx = ctx
         self.generate = generate
         self.prefill = prefill
@@ -62,6 +65,7 @@ class IdleContext:
         self.served_paraphrases = served_paraphrases
         self.dispute = dispute
         self.background_stats = background_stats
+        self.totals = totals
         self.calibrate = calibrate
 
     @property

@@ -185,6 +185,7 @@ def _populate(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     failed = c.ctx.hooks.qa_store(c.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
     pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks))
     pre.stats.plugin_errors += failed  # a cache write: logged, the prefill stands
+    c.totals.plugin_errors += failed  # the prefill's own failures reached them when it ended
     _account(c, report, "populate", pre.stats)
 
 

@@ -129,6 +129,26 @@ def test_a_qa_store_failure_keeps_the_answer(caplog: pytest.LogCaptureFixture) -
     pc.close()
 
 
+def test_an_idle_qa_store_failure_reaches_the_handle_stats(caplog: pytest.LogCaptureFixture) -> None:
+    """A predicted question whose entry fails to store in idle time ("populate", prefill only)
+    is counted in ``pc.stats()`` as a foreground failure is, not only in the prefill's stats."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", predict="off", similarity_threshold=0.95,
+                         population_cutoff=0.9, draft_calibrate_idle=False,
+                         plugins=[raising_plugin("percache_qa_store")])
+    pc.add_documents(["Ana: rehearsal on Friday.", "Ben: budget on Monday."])
+    pc.idle()  # the documents' warm tasks
+    before = pc.stats().requests
+    pc.idle_queue.push("populate", "When is the rehearsal?", None)
+    with caplog.at_level(logging.WARNING, logger="percache"):
+        report = pc.idle()
+    assert report.by_kind == {"populate": 1}
+    assert pc.stats().requests == before + 1  # the prefill ran
+    assert pc.stats().plugin_errors == 1
+    assert "raised in percache_qa_store" in caplog.text
+    pc.close()
+
+
 def test_a_hook_called_inside_another_names_only_the_plugin_that_raised() -> None:
     pm = make_plugin_manager(autoload=False)
     hooks = Hooks(pm)
