@@ -185,7 +185,7 @@ class Engine:
         return self.hooks.build_prompt(self.ctx, normalize_segments(segments))
 
     def generate(self, segments: Sequence[str | Segment] | Prompt, *, drafts: DraftHints | None = None,
-                 prediction: str | None = None, seed: int | None = None,
+                 prediction: str | None = None, seed: int | None = None, exact_only: bool = False,
                  **generate_kwargs: Any) -> Generation:
         """Generate from ``[system, chunk, ..., query]`` (or a :class:`Prompt` already built,
         e.g. by :func:`~percache_plugin.kv.blocks.block_prompt`) reusing stored chunk K/V.
@@ -198,17 +198,21 @@ class Engine:
         tokens are those without it. Sampling ignores it. ``stats.accepted_by_source`` /
         ``drafted_by_source`` say how much of it was kept. ``seed``: sampling repeats for the
         same seed whatever ran before, and leaves the process's random state as it was
-        (:func:`~percache_plugin.decode.seeded.seeded`, under the model's lock).
+        (:func:`~percache_plugin.decode.seeded.seeded`, under the model's lock). ``exact_only``:
+        no shifted reuse for this request (``Config.reuse="shifted"`` finds a piece's tokens in
+        any stored node, whoever computed it; the server keeps its scopes apart with it).
         """
         drafts = with_prediction(drafts, prediction)
         with self.preemption.foreground(self.lock), seeded(seed):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
-            return recompute_on_corrupt(lambda n: self._generate(segments, drafts, generate_kwargs, t0, n), generate_kwargs)
+            return recompute_on_corrupt(
+                lambda n: self._generate(segments, drafts, generate_kwargs, t0, n, exact_only), generate_kwargs)
 
-    def _generate(self, segments: Sequence[str | Segment] | Prompt, drafts: DraftHints | None, generate_kwargs: dict[str, Any], t0: float, aborted: int) -> Generation:
+    def _generate(self, segments: Sequence[str | Segment] | Prompt, drafts: DraftHints | None, generate_kwargs: dict[str, Any], t0: float, aborted: int, exact_only: bool = False) -> Generation:
         stop = interrupt_check(self.preemption)
-        prompt, cache, served, stats, finish = self._prepare(segments, int(generate_kwargs["max_new_tokens"]), t0, stop, aborted)
+        prompt, cache, served, stats, finish = self._prepare(segments, int(generate_kwargs["max_new_tokens"]), t0, stop,
+                                                             aborted, exact_only)
         gen = None
         try:  # a background request computes the prompt here, in chunks, checked between them
             ready = prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop) if stop else served

@@ -2,7 +2,9 @@
 with prefix-block reuse, and ``pc.ask`` with retrieval and the QA bank.
 
 Prefix blocks are keyed per scope: a token's conversations never share cached blocks with
-another token's, so ``cached_tokens`` cannot tell one user what another sent.
+another token's, so ``cached_tokens`` cannot tell one user what another sent. Reuse is exact
+whatever ``Config.reuse`` says: shifted reuse would serve a block from any stored node, another
+scope's included (and approximately).
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def run_ids(pc: Any, ids: Sequence[int], scope: str | None, sampling: Sampling, 
     greedy decoding drafts from ``prediction`` (verified: the same tokens as without it)."""
     if stream.cancelled:
         return _cancelled(len(ids), queue_s, arrived)
-    kwargs = {"max_new_tokens": max_new, "stopping_criteria": [stream], **sampling.generate_kwargs()}
+    kwargs = {"max_new_tokens": max_new, "stopping_criteria": [stream], "exact_only": True,
+              **sampling.generate_kwargs()}
     if prediction:
         kwargs["prediction"] = prediction
     if scope is None:  # pc.complete's path: the percache_plain_prompt hook cuts the prompt

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+import percache_plugin as percache
+from percache_plugin.server.auth import Tokens, parse_tokens
 from tests.server.conftest import MODEL, TOKENS, client, post_json, raw
 
 openai = pytest.importorskip("openai")
@@ -75,3 +77,31 @@ def test_cached_prefixes_are_not_shared_across_tokens(scoped_server: Any) -> Non
     assert cached(ALICE) > 0
     assert cached(BOB) == 0  # the same conversation from another token: nothing revealed
     assert cached(BOB) > 0
+
+
+def test_shifted_reuse_never_serves_one_tokens_blocks_to_another() -> None:
+    """``reuse="shifted"`` finds a block's tokens in any stored node; a server request reuses
+    exactly, so another token (scoped or not) is never served Alice's K/V and learns nothing
+    from ``cached_tokens``, and the answer stays plain generate's."""
+    from tests.helpers import tiny_pair
+    from tests.server.conftest import start
+
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", predict="off", answer_grounding=False, reuse="shifted")
+    tokens = Tokens(parse_tokens([*(f"{k}={v}" for k, v in TOKENS.items()), "unscoped-secret"]))
+    srv = start(pc, default_max_tokens=2, tokens=tokens)
+    try:
+        def chat(key: str) -> Any:
+            return client(srv, key).chat.completions.create(model=MODEL, messages=MESSAGES,
+                                                           temperature=0, max_tokens=2)
+
+        first = chat(ALICE)
+        assert chat(ALICE).usage.prompt_tokens_details.cached_tokens > 0
+        for key in (BOB, "unscoped-secret"):
+            r = chat(key)
+            assert r.usage.prompt_tokens_details.cached_tokens == 0, key
+            assert r.percache["tokens_shifted"] == 0 and not r.percache["approximate"], key
+            assert r.choices[0].message.content == first.choices[0].message.content
+    finally:
+        srv.stop()
+        pc.close()
