@@ -482,6 +482,11 @@ class Config:
     memory_region_facts: int = _help(
         "Most facts a session's memory region holds ('splice' modes); beyond it the facts not "
         "recalled in the turn leave, oldest first (the turns after them are computed again).", 8)
+    memory_fact_tokens: int | None = _help(
+        "Most tokens a fact may have (a recalled fact goes into a chat turn whole): "
+        "pc.memory.add and update raise ValueError for a longer one, and extraction drops it "
+        "(counted in memory.extraction.too_long). None: the model's context divided by "
+        "2 * memory_k (1024 when the model states no context).", None)
 
     def __post_init__(self) -> None:  # noqa: C901 - one check per field
         hints = typing.get_type_hints(Config)
@@ -561,6 +566,9 @@ class Config:
         if self.qa_byte_limit is not None and (
                 not isinstance(self.qa_byte_limit, int) or self.qa_byte_limit <= 0):
             raise ConfigError(f"qa_byte_limit must be a positive int or None, got {self.qa_byte_limit!r}")
+        if self.memory_fact_tokens is not None and (isinstance(self.memory_fact_tokens, bool) or not isinstance(
+                self.memory_fact_tokens, int) or self.memory_fact_tokens <= 0):
+            raise ConfigError(f"memory_fact_tokens must be None or a positive int, got {self.memory_fact_tokens!r}")
         if self.memory_recall_mode not in ("text", "splice", "splice-exact"):
             raise ConfigError("memory_recall_mode must be 'text', 'splice' or 'splice-exact', got "
                               f"{self.memory_recall_mode!r}")

@@ -14,6 +14,7 @@ from ..best_effort import best_effort
 from ..config import ConfigError
 from ..core.query import Query
 from ..core.registry import Registry
+from ..decode import context_limit
 from ..engine import Engine
 from ..hooks.contexts import AssistantContext
 from ..idle import IdleQueue, IdleReport, IdleTask
@@ -69,7 +70,7 @@ class Assistant:
             served_paraphrases=self._served_paraphrases,
             dispute=lambda entry: len(dispute_paraphrases(self, entry, include_self=True)),
             background_stats=self.background_stats, totals=engine.stats(),
-            calibrate=lambda: measure_in_idle(engine))
+            calibrate=lambda: measure_in_idle(engine), context=context_limit(engine.model))
         queue_calibration(self)  # a lookup; measured in idle time, never here
 
     @property

@@ -33,6 +33,7 @@ class IdleContext:
     :ivar prefill: ``Engine.prefill``, then the K/V it stored for a chunk another handle or
         process removed meanwhile is deleted (``ask.prefill_checked``).
     :ivar tokenizer: the model's tokenizer.
+    :ivar context: the model's context length in tokens (None: its config states none).
     :ivar n_parameters: the model's parameter count (FLOP estimates).
     :ivar answer: ``answer(query, scope, *, origin, **generate_kwargs)``: retrieve, generate
         and store a QA entry (the miss path of ``ask()``).
@@ -54,11 +55,13 @@ class IdleContext:
                  prediction_state: Callable[[], PredictionState], answer: Callable[..., Answer],
                  served_paraphrases: Callable[[Query, str | None], list[QAEntry]],
                  dispute: Callable[[QAEntry], int], background_stats: BackgroundStats,
-                 totals: StatsTotals, calibrate: Callable[[], int | None] = lambda: None) -> None:
+                 totals: StatsTotals, calibrate: Callable[[], int | None] = lambda: None,
+                 context: int | None = None) -> None:
         self.ctx = ctx
         self.generate = generate
         self.prefill = prefill
         self.tokenizer = tokenizer
+        self.context = context
         self.n_parameters = n_parameters
         self._prediction_state = prediction_state
         self.answer = answer

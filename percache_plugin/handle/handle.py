@@ -12,6 +12,7 @@ from ..assistant import Answer, Assistant
 from ..assistant.worker import IdleWorker
 from ..config import Config
 from ..core.debuglog import ensure_handler
+from ..decode import context_limit
 from ..decode.calibrate import MEASURE_DEFAULTS
 from ..engine import Engine
 from ..idle import IdleReport
@@ -46,7 +47,8 @@ class PerCache(HandleParts):
         self.engine = Engine(model, tokenizer, store, config, plugins)
         self.assistant = Assistant(self.engine)
         self.sessions = Sessions(self.engine, self.engine.ctx.use_template)
-        self.memory = Memory(self.assistant.ctx, self._memory_plugin, self.engine.tokenizer)
+        self.memory = Memory(self.assistant.ctx, self._memory_plugin, self.engine.tokenizer,
+                             context_limit(self.engine.model))
         self.sessions.attach_memory(self.memory)
         if config.debug_log:
             ensure_handler()

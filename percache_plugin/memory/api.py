@@ -19,6 +19,7 @@ from ..hooks.contexts import AssistantContext
 from .bank import AddResult, FactHit, MemoryBank
 from .forget import ForgetReport, drop_kv, forget_everywhere
 from .idle import ExtractionStats, queue_turns
+from .limits import check_fact_length, fact_token_limit
 from .plugin import MemoryPlugin
 from .rows import Fact, HistoryEvent
 from .session_facts import drawn_only_from, drop_queued_turns, drop_readded_from
@@ -31,10 +32,11 @@ class Memory:
     unscoped memory) and never reads another scope."""
 
     def __init__(self, ctx: AssistantContext, plugin: Callable[[], MemoryPlugin | None],
-                 tokenizer: Any) -> None:
+                 tokenizer: Any, context: int | None = None) -> None:
         self._ctx = ctx
         self._plugin = plugin
         self._tokenizer = tokenizer
+        self._context = context  # the model's context in tokens (None: not stated)
         # called with a forgotten fact's id (the handle's: take it out of the sessions' regions)
         self.forgotten: list[Callable[[str], object]] = []
         # called with an updated fact's id (the handle's: take its old text out of chat turns)
@@ -95,8 +97,18 @@ class Memory:
             metadata: Mapping[str, str] | None = None) -> AddResult:
         """Store a fact. ``metadata["subject"]`` names what it is about: a newer fact with the
         same subject supersedes the older (kept in history, not served). The same fact added
-        twice is stored once and never removed (``result.status``)."""
+        twice is stored once and never removed (``result.status``).
+
+        :raises ValueError: the fact is longer than :attr:`fact_token_limit` tokens (a chat
+            turn recalling it would not fit the model's context)."""
+        check_fact_length(self._tokenizer, text, self.fact_token_limit)
         return self.bank.add(text, scope, metadata)
+
+    @property
+    def fact_token_limit(self) -> int:
+        """The most tokens a fact may have (``Config.memory_fact_tokens``; by default the
+        model's context divided by ``2 * memory_k``, 1024 when the model states none)."""
+        return fact_token_limit(self._ctx.config, self._context)
 
     def search(self, query: str, scope: str | None = None, k: int = 5) -> builtins.list[FactHit]:
         """The ``k`` best active facts of ``scope`` (BM25 + embeddings), best first."""
@@ -117,7 +129,10 @@ class Memory:
         answers built on the old text are dropped (its K/V under every model fingerprint, as
         :meth:`forget` does), and so is the old text in the chat turns it
         was recalled into (as for :meth:`forget`; a session's region puts the new text in its
-        place at the next turn): a later turn recalls the new text, never beside the old one."""
+        place at the next turn): a later turn recalls the new text, never beside the old one.
+
+        :raises ValueError: the new text is longer than :attr:`fact_token_limit` tokens."""
+        check_fact_length(self._tokenizer, text, self.fact_token_limit)
         old = self.bank.get(fact_id)
         fact = self.bank.update(fact_id, text, metadata)
         stores = self._ctx.engine.every_store()  # every fingerprint's K/V, as forget does

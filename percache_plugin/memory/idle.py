@@ -8,7 +8,9 @@ and dropped): with ``Config.memory_extract_grammar`` (the default) once per turn
 the fact grammar (:mod:`.constrained`), each fact attributed to its turn; without it once per
 task with the ``memory_facts`` template, each fact attributed to all the task's turns; ``"raw"`` stores each turn itself as a memory item, the fallback that needs no
 extraction; ``"both"`` does both. Every fact gets ``metadata["source"]``: the
-``session:turn`` ids it came from. A model's fact mostly absent from its source turns is
+``session:turn`` ids it came from. A fact longer than ``Config.memory_fact_tokens`` allows
+(:mod:`.limits`: a chat turn recalling it would not fit) is dropped and counted
+(``too_long``). A model's fact mostly absent from its source turns is
 dropped and counted (``Config.memory_grounding``, :mod:`.grounding`); a kept one carries its
 source text as retrieval context (``metadata["context"]``, ``Config.memory_context_keys``).
 
@@ -35,6 +37,7 @@ from .constrained import TurnGrammar, extract_turn
 from .extract import Extracted, ParsedFacts, parse_facts, raw_turn_fact
 from .fusion import sources
 from .grounding import grounding
+from .limits import fact_token_limit, fact_tokens
 from .text import CONTEXT, normalize
 
 if TYPE_CHECKING:
@@ -51,7 +54,8 @@ class ExtractionStats:
     """Extraction counters of one handle: turns read, model calls, facts stored (new),
     duplicates found, older facts superseded, malformed output lines dropped, facts dropped as
     ungrounded (:mod:`.grounding`: mostly absent from their source turns), tasks whose
-    payload was unreadable, raw turns stored, and seconds spent (for facts per minute)."""
+    payload was unreadable, raw turns stored, facts dropped as longer than a fact may be
+    (:mod:`.limits`, ``Config.memory_fact_tokens``), and seconds spent (for facts per minute)."""
 
     turns: int = 0
     model_calls: int = 0
@@ -62,6 +66,7 @@ class ExtractionStats:
     ungrounded: int = 0
     bad_tasks: int = 0
     raw_items: int = 0
+    too_long: int = 0
     seconds: float = 0.0
 
 
@@ -151,9 +156,13 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
                 items.append((raw.text, task.scope, {**raw.metadata, "source": f"{session}:{turn_id}"}))
     if not c.ctx.idle_queue.queued(task):  # its session was deleted while the model ran
         return
-    results = bank.add_many(items)
+    # a fact too long to recall would make every turn recalling it fail: dropped, counted
+    limit = fact_token_limit(c.ctx.config, c.context)
+    fitting = [item for item in items if fact_tokens(c.tokenizer, item[0]) <= limit]
+    stats.too_long += len(items) - len(fitting)
+    results = bank.add_many(fitting)
     if not c.ctx.idle_queue.queued(task):  # deleted while they were stored: they go with it
-        _take_back(bank, results, {source for _, _, meta in items for source in sources(meta)})
+        _take_back(bank, results, {source for _, _, meta in fitting for source in sources(meta)})
         return
     stats.turns += len(turns)
     stats.facts_added += sum(r.status == "added" for r in results)

@@ -121,6 +121,7 @@ ANSWER_SETTINGS: tuple[AnswerSetting, ...] = (
     AnswerSetting("memory_facts_per_turn", _N, "which facts exist (see memory_extraction)"),
     AnswerSetting("memory_grounding", _N, "which facts exist (see memory_extraction)"),
     AnswerSetting("memory_context_keys", _N, "which facts exist (see memory_extraction)"),
+    AnswerSetting("memory_fact_tokens", _N, "which facts exist (see memory_extraction)"),
 )
 
 BOUND_SETTINGS: tuple[str, ...] = tuple(s.name for s in ANSWER_SETTINGS if s.bound

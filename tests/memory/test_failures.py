@@ -83,8 +83,9 @@ def test_a_corrupt_fact_row_is_a_miss_counted_and_forgettable(tmp_path: Path, co
 @pytest.mark.parametrize("mode", ["text", "splice", "splice-exact"])
 def test_a_recalled_fact_too_long_for_the_context_is_named_not_run_past_it(mode: str) -> None:
     model, tok = tiny_pair("llama", max_position_embeddings=512)
+    # memory_fact_tokens over the default (512 // 6): a fact the limit lets in still never runs past the context
     pc = percache.enable(model, tok, embedder="hash", predict="off", memory_recall=True, memory_threshold=0.0,
-                         memory_recall_mode=mode)
+                         memory_recall_mode=mode, memory_fact_tokens=1000)
     try:
         pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana")
         long = pc.memory.add("Ana notes: " + "Quillberry tea facts and more words " * 20, scope="ana").fact

@@ -55,7 +55,7 @@ class _Ctx(SimpleNamespace):
         super().__init__(ctx=SimpleNamespace(config=percache.Config(
             embedder="hash", memory_extract_grammar=grammar),
             idle_queue=SimpleNamespace(queued=lambda task: True)),  # every task still queued
-            tokenizer=byte_tokenizer())
+            tokenizer=byte_tokenizer(), context=None)
         self.output = output
         self.prompts: list[Any] = []
         self.kwargs: list[dict[str, Any]] = []
