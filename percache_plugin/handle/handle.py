@@ -101,7 +101,11 @@ class PerCache(HandleParts):
 
         With ``Config.memory_recall`` on, the facts of ``memory_scope`` most similar to the
         message (``pc.memory``, with the threshold and guard of ``memory.recall.select``) are put before
-        the message in this turn; ``reply.stats.fact_ids`` names them.
+        the message in this turn; ``reply.stats.fact_ids`` names them. ``memory_scope`` chooses
+        which facts this turn recalls, not what the session's history holds: earlier turns of
+        the session keep their memory blocks ('text' mode) and replies when a later turn passes
+        another scope (the 'splice' modes empty the memory region); use one session per scope
+        to keep scopes apart (docs/memory.md).
 
         With ``Config.memory_extraction`` on, the turn is queued for extraction into
         ``memory_scope`` in idle time (best effort: a failed write counts in

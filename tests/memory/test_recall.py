@@ -59,6 +59,23 @@ def test_chat_turn_recalls_facts_of_its_scope(pair) -> None:  # type: ignore[no-
     pc.disable()
 
 
+def test_memory_scope_chooses_the_recalled_facts_not_the_history(pair) -> None:  # type: ignore[no-untyped-def]
+    """'text' mode: a turn's memory block is part of that turn, so a later turn of the same
+    session with another ``memory_scope`` still has it in its history (docs/memory.md)."""
+    model, tok = pair
+    pc = percache.enable(model, tok, embedder="hash", predict="off", memory_recall=True,
+                         memory_threshold=0.3)
+    tea = pc.memory.add("Ana drinks Quillberry tea every morning", scope="ana").fact
+    first = pc.chat("Which Quillberry tea does Ana drink every morning?", memory_scope="ana", max_new_tokens=2)
+    assert first.stats.fact_ids == [tea.id]
+    other = pc.chat("Completely unrelated words here", memory_scope="bob", max_new_tokens=2)
+    assert other.stats.fact_ids == [] and other.stats.tokens_reused > 0
+    assert "Quillberry tea every morning" in tok.decode(other.prompt_ids)
+    turn = pc.sessions.get("default").turns[0]
+    assert turn.fact_ids == [tea.id] and turn.bare_ids is not None and turn.user_ids != turn.bare_ids
+    pc.disable()
+
+
 def test_recall_off_leaves_chat_exactly_as_without_memory(pair) -> None:  # type: ignore[no-untyped-def]
     model, tok = pair
     plain = percache.enable(model, tok, embedder="hash", predict="off")
