@@ -2,7 +2,9 @@
 
 Each token names a scope: ``--token alice=SECRET`` lets the holder of ``SECRET`` read and write
 the documents and answers of scope ``alice`` only (a bare ``--token SECRET`` is the unscoped
-data). Without any token the server is open, and only on a loopback address.
+data). Without any token the server is open, and only on a loopback address; it then answers
+requests addressed to this machine from this machine's pages only (:func:`check_local`), so a
+web page elsewhere cannot use it through the user's browser.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .errors import APIError
 
-__all__ = ["Tokens", "parse_tokens", "read_tokens_file", "is_loopback", "check_bind", "BindError"]
+__all__ = ["Tokens", "parse_tokens", "read_tokens_file", "is_loopback", "check_bind", "check_local",
+           "BindError"]
 
 
 class BindError(ValueError):
@@ -90,3 +94,29 @@ def check_bind(host: str, tokens: Tokens) -> None:
         raise BindError(f"refusing to listen on {host!r} without a token: anyone who can reach it "
                         "could read your documents; give --token NAME=SECRET (or --tokens-file), "
                         "or bind to 127.0.0.1")
+
+
+def _loopback_url(url: str) -> bool:
+    """Whether ``url`` (``//host:port`` or ``scheme://host:port``) names this machine."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:  # a malformed address (an unclosed IPv6 bracket, a bad port)
+        return False
+    return host is not None and is_loopback(host)
+
+
+def check_local(host: str | None, origin: str | None) -> None:
+    """Refuse what a web page elsewhere could send an open server through the user's browser:
+    a cross-site POST (``Content-Type: text/plain`` needs no CORS preflight, so it reaches the
+    server; its ``Origin`` names the other site, or is ``null``), and DNS rebinding (a site's own
+    name resolving to 127.0.0.1: same-origin for the browser, so it could read the answers; its
+    ``Host`` is that name). Clients that send no ``Origin`` (the OpenAI SDKs, curl) are served.
+
+    :raises APIError: 403 ``forbidden_origin``."""
+    if host is not None and not _loopback_url(f"//{host}"):
+        raise APIError(403, f"this server has no token and answers requests to this machine only, "
+                       f"not to {host!r}; give it a token to serve other names",
+                       type_="permission_error", code="forbidden_origin")
+    if origin is not None and not (origin.startswith(("http://", "https://")) and _loopback_url(origin)):
+        raise APIError(403, f"this server has no token and answers pages of this machine only, not "
+                       f"of {origin!r}", type_="permission_error", code="forbidden_origin")

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .auth import Tokens
+from .auth import Tokens, check_local
 from .errors import APIError
 from .runner import Runner
 
@@ -53,7 +53,10 @@ class ServerState:
         self.tokenizer = copy.deepcopy(pc.tokenizer)
 
     def scope(self, request: Request) -> str | None:
-        """The request's scope (its token's). :raises APIError: 401."""
+        """The request's scope (its token's). :raises APIError: 401; 403 when the server has
+        no token and the request comes from a page of another site (:func:`check_local`)."""
+        if not self.settings.tokens.required:
+            check_local(request.headers.get("host"), request.headers.get("origin"))
         return self.settings.tokens.scope_of(request.headers.get("authorization"))
 
     def check_model(self, name: str) -> None:
