@@ -41,10 +41,12 @@ class TextStream(StoppingCriteria):
     :ivar stopped_by: ``"stop"`` (a stop sequence), ``"cancelled"``, or ``""``.
     :ivar first_token_at: ``time.perf_counter()`` when the first new token arrived.
     :ivar processor: pass it as a logits processor when ``prompt_tokens`` is not known (None).
+    :param strip: send the text as ``str.strip`` leaves it (``pc.ask`` strips its answers):
+        leading whitespace is never sent, trailing whitespace only once more text follows it.
     """
 
     def __init__(self, tokenizer: Any, prompt_tokens: int | None, stop: Sequence[str] = (),
-                 on_text: Callable[[str], None] | None = None) -> None:
+                 on_text: Callable[[str], None] | None = None, *, strip: bool = False) -> None:
         self.tokenizer = tokenizer
         self.stop = tuple(stop)
         self.on_text = on_text
@@ -59,6 +61,7 @@ class TextStream(StoppingCriteria):
         self._sent = 0
         self._hold = max((len(s) for s in self.stop), default=1) - 1
         self._cancel = threading.Event()
+        self._strip = strip
 
     def cancel(self) -> None:
         """Stop at the next decoding step (thread-safe)."""
@@ -97,7 +100,7 @@ class TextStream(StoppingCriteria):
         if not self.stopped_by:
             self._add(self._delta(final=True))
         self._send(len(self.text))
-        return self.text
+        return self.text.strip() if self._strip else self.text
 
     def _decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
@@ -124,7 +127,11 @@ class TextStream(StoppingCriteria):
             self._send(len(self.text) - self._hold)
 
     def _send(self, upto: int) -> None:
-        if upto > self._sent:
-            chunk, self._sent = self.text[self._sent:upto], upto
+        start = self._sent
+        if self._strip:  # from the first non-space to the last one so far
+            start = max(start, len(self.text) - len(self.text.lstrip()))
+            upto = len(self.text[:upto].rstrip())
+        if upto > start:
+            chunk, self._sent = self.text[start:upto], upto
             if self.on_text is not None:
                 self.on_text(chunk)

@@ -90,3 +90,15 @@ def test_the_idle_worker_runs_between_requests_and_yields_to_them(pc: Any) -> No
     report = srv.state.runner.idle_report
     assert report is not None and report.tasks_run >= 1, report
     assert [r.finish_reason for r in srv.state.runner.records][-3:] == ["length"] * 3
+
+
+def test_a_streamed_answer_is_the_answer_whitespace_included(pc: Any, server: Any) -> None:
+    """``pc.ask`` strips its answer: the stream holds back leading and trailing whitespace, so
+    its deltas join to the answer the same request gets unstreamed (here all spaces: "")."""
+    post_json(server, "/v1/documents", {"documents": DOCS})
+    space = pc.tokenizer(" ", add_special_tokens=False)["input_ids"][-1]
+    body = {"question": "When is the rehearsal?", "max_tokens": 6, "logit_bias": {str(space): 100}}
+    whole = post_json(server, "/v1/ask", body)[1]
+    streamed = [e for e in events(server, "/v1/ask", {**body, "stream": True}) if isinstance(e, dict)]
+    assert whole["source"] == "generated" and whole["answer"] == ""
+    assert "".join(e.get("delta", "") for e in streamed) == whole["answer"] == streamed[-1]["answer"]

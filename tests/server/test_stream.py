@@ -55,3 +55,16 @@ def test_without_the_prompt_length_the_processor_marks_it() -> None:
     stream.processor(torch.tensor([[0, 5, 6]]), torch.zeros(1, 4))
     _feed(stream, [0, 5, 6], [70, 71])
     assert stream.close() == tok.decode([70, 71])
+
+
+def test_strip_sends_the_stripped_text_only() -> None:
+    tok = byte_tokenizer()
+    text = " \n Friday at 6pm.\n  Bring music \n\n"
+    sent: list[str] = []
+    stream = TextStream(tok, 1, on_text=sent.append, strip=True)
+    _feed(stream, [0], tok(text, add_special_tokens=False)["input_ids"])
+    assert stream.close() == text.strip() and "".join(sent) == text.strip()
+    assert len(sent) > 3 and sent[0].startswith("F")  # sent as it came, not all at the end
+    blank = TextStream(tok, 1, on_text=sent.append, strip=True)
+    _feed(blank, [0], tok("   ", add_special_tokens=False)["input_ids"])
+    assert blank.close() == "" and "".join(sent) == text.strip()
