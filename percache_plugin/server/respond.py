@@ -78,6 +78,8 @@ async def _events(request: Request, queue: asyncio.Queue[Any], future: Any, stre
             outcome = future.result()
         except APIError as exc:
             yield sse(exc.body())
+        except ValueError as exc:  # a refused request, as the app's handler answers it unstreamed
+            yield sse(error_body(str(exc), "invalid_request_error"))
         except Exception as exc:  # the response has started: the error goes in the stream
             yield sse(error_body(f"{type(exc).__name__}: {exc}", "server_error"))
         else:

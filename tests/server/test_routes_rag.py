@@ -102,3 +102,14 @@ def test_a_streamed_answer_is_the_answer_whitespace_included(pc: Any, server: An
     streamed = [e for e in events(server, "/v1/ask", {**body, "stream": True}) if isinstance(e, dict)]
     assert whole["source"] == "generated" and whole["answer"] == ""
     assert "".join(e.get("delta", "") for e in streamed) == whole["answer"] == streamed[-1]["answer"]
+
+
+def test_a_streamed_refusal_is_the_unstreamed_one(server: Any) -> None:
+    """A request refused once it runs (the retrieved prompt plus ``max_tokens`` beyond the
+    context) gets the same error body streamed as unstreamed: a client error, not a server one."""
+    post_json(server, "/v1/documents", {"documents": DOCS})
+    body = {"question": "When is the rehearsal?", "max_tokens": 100_000}
+    status, whole = post_json(server, "/v1/ask", body)
+    assert status == 400 and whole["error"]["type"] == "invalid_request_error"
+    streamed = events(server, "/v1/ask", {**body, "stream": True})
+    assert streamed[-2] == whole and streamed[-1] == "[DONE]"
