@@ -71,16 +71,9 @@ def test_remove_session_is_refused_while_a_handle_has_the_store_open(tmp_path: P
 def test_remove_a_session_saved_under_a_personas_weights_only(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     import percache_plugin as percache
-    from tests.personas.loras import llama_with_loras
+    from tests.personas.test_persona_removal import pirate_session
 
-    model, tok, dirs, _ = llama_with_loras(tmp_path)
-    store = tmp_path / "store"
-    pc = percache.enable(model, tok, store=store)
-    pc.personas.add("a", "You are a terse pirate.", adapter=dirs["a"])
-    pc.sessions.create("pirate")
-    pc.chat("Zorblax: my locker code is 4417.", session="pirate", persona="a", max_new_tokens=4)
-    pc.chat("Hello there.", max_new_tokens=4)  # a session under the base weights too
-    pc.close()
+    model, tok, store = pirate_session(tmp_path, base_turn=True)
     needles = [b"Zorblax", b"4417"]
     assert files_holding(store, needles)
     assert main(["store", "remove", str(store), "--session", "pirate"]) == 0

@@ -4,6 +4,7 @@ of the store keeps its text or its head snapshots, and a new handle serves neith
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import percache_plugin as percache
 from tests.assistant.test_removal_traces import files_holding
@@ -17,14 +18,24 @@ def _snapshots(store: Path) -> list[Path]:
     return sorted((store / "personas").rglob("*.safetensors"))
 
 
-def test_a_session_saved_under_a_personas_weights_only_is_deleted_without_the_persona(tmp_path: Path) -> None:
+def pirate_session(tmp_path: Path, *, base_turn: bool = False) -> tuple[Any, Any, Path]:
+    """A store at ``tmp_path/store`` whose session "pirate" is saved under persona a's LoRA
+    weights only (with ``base_turn``, the default session has a turn under the base weights);
+    the model, tokenizer and store, the handle closed."""
     model, tok, dirs, _ = llama_with_loras(tmp_path)
     store = tmp_path / "store"
     pc = percache.enable(model, tok, store=store)
     pc.personas.add("a", "You are a terse pirate.", adapter=dirs["a"])
     pc.sessions.create("pirate")
     pc.chat("Zorblax: my locker code is 4417.", session="pirate", persona="a", max_new_tokens=4)
+    if base_turn:
+        pc.chat("Hello there.", max_new_tokens=4)
     pc.close()
+    return model, tok, store
+
+
+def test_a_session_saved_under_a_personas_weights_only_is_deleted_without_the_persona(tmp_path: Path) -> None:
+    model, tok, store = pirate_session(tmp_path)
     pc = percache.enable(model, tok, store=store)
     assert "pirate" in {i.name for i in pc.sessions.list()}  # saved under a's weights only
     pc.sessions.delete("pirate")  # no persona given: it is not loaded under the weights in use
