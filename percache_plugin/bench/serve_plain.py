@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config import Config
 from ..decode.generate import run_generate
+from ..decode.seeded import seeded
 from ..kv.blocks import block_prompt
 from ..kv.cache import empty_cache
 from ..segments import Prompt
@@ -27,11 +28,15 @@ class PlainModel:
         self.fingerprint = "plain"
         self.engine = self
 
-    def generate(self, prompt: Prompt, **kwargs: Any) -> Generation:
+    def generate(self, prompt: Prompt, *, exact_only: bool = False, prediction: str | None = None,
+                 seed: int | None = None, **kwargs: Any) -> Generation:
+        """As ``Engine.generate``: ``exact_only`` holds trivially (nothing is reused) and a
+        ``prediction`` only drafts there (plain decoding gives the same tokens without it)."""
         t0 = time.perf_counter()
         kwargs.setdefault("max_new_tokens", 64)
         stats = GenerationStats(prompt_tokens=prompt.n_tokens)
-        return run_generate(self.model, self.tokenizer, prompt, empty_cache(), 0, stats, kwargs, t0, None)
+        with seeded(seed):
+            return run_generate(self.model, self.tokenizer, prompt, empty_cache(), 0, stats, kwargs, t0, None)
 
     def complete(self, ids: list[int], **kwargs: Any) -> Generation:
         return self.generate(block_prompt(ids, self.config.prefix_block_tokens, self.fingerprint), **kwargs)

@@ -34,3 +34,18 @@ def test_percentile_is_the_nearest_rank() -> None:
     xs = [float(i) for i in range(1, 21)]
     assert percentile(xs, 50) == 10.0 and percentile(xs, 95) == 19.0 and percentile(xs, 100) == 20.0
     assert percentile([3.0], 95) == 3.0
+
+
+def test_the_plain_arm_takes_every_argument_the_servers_jobs_pass() -> None:
+    """The server's jobs call ``engine.generate`` with ``exact_only`` (and ``prediction`` /
+    ``seed`` from the request); the plain arm passed them to ``model.generate``, which refused
+    them, so every plain request failed."""
+    from percache_plugin.bench.serve_plain import PlainModel
+    from percache_plugin.kv.blocks import block_prompt
+
+    model, tok = tiny_pair("llama")
+    plain = PlainModel(model, tok)
+    prompt = block_prompt(tok("Hello there, how are you?")["input_ids"], 8, "plain")
+    base = plain.generate(prompt, max_new_tokens=4, do_sample=False)
+    again = plain.generate(prompt, max_new_tokens=4, do_sample=False, exact_only=True, prediction="Fine.", seed=3)
+    assert again.token_ids == base.token_ids
