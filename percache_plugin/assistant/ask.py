@@ -141,7 +141,8 @@ def _drop_gone(a: Assistant, known: Sequence[Chunk]) -> list[str]:
     """The ids of ``known`` that no longer resolve to the same text; what was built on them
     goes (``plugins.removal.forget_chunks``: hook ``percache_sources_forgotten``, their K/V
     under every fingerprint, their predictions)."""
-    gone = [c.id for c in known if c not in _resolvable(a, [c])]
+    resolved = _resolvable(a, known)
+    gone = [c.id for c in known if c not in resolved]
     if gone:
         forget_chunks(a.ctx, gone)
     return gone

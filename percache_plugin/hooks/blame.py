@@ -26,10 +26,12 @@ def plugin_label(pm: pluggy.PluginManager, plugin: object) -> str:
     """The name ``plugin`` is registered under, or its class's dotted name where pluggy named it
     by ``id()`` (an instance registered without a name)."""
     name = pm.get_name(plugin)
-    if name is None or name == str(id(plugin)):
-        cls = type(plugin)
-        return f"{cls.__module__}.{cls.__qualname__}"
-    return name
+    return _class_name(plugin) if name is None or name == str(id(plugin)) else name
+
+
+def _class_name(plugin: object) -> str:
+    cls = type(plugin)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def register_named(pm: pluggy.PluginManager, plugin: object) -> None:
@@ -38,8 +40,7 @@ def register_named(pm: pluggy.PluginManager, plugin: object) -> None:
     argument the spec does not have) name it instead of an ``id()``."""
     base = getattr(plugin, "__name__", None)
     if not isinstance(base, str):
-        cls = type(plugin)
-        base = f"{cls.__module__}.{cls.__qualname__}"
+        base = _class_name(plugin)
     name, n = base, 1
     while pm.has_plugin(name):
         n += 1
