@@ -25,7 +25,8 @@ from .stats import Generation, GenerationStats, StatsTotals
 if TYPE_CHECKING:
     from .hooks.contexts import EngineContext
 
-__all__ = ["Finish", "Opened", "Prefilled", "PromptOnce", "check_length", "open_request", "recompute_on_corrupt"]
+__all__ = ["ContextLengthError", "Finish", "Opened", "Prefilled", "PromptOnce", "check_length", "open_request",
+           "recompute_on_corrupt"]
 
 log = logging.getLogger("percache")
 T = TypeVar("T")
@@ -56,14 +57,28 @@ class Opened:
     finish: Finish
 
 
+class ContextLengthError(ValueError):
+    """A prompt that, with the new tokens asked for, does not fit the model's context; the
+    numbers are attributes, so a caller can cap ``max_new_tokens`` by the room left or say
+    which part is too long (the server does both)."""
+
+    def __init__(self, message: str, *, prompt_tokens: int, max_new_tokens: int, limit: int) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.max_new_tokens = max_new_tokens
+        self.limit = limit
+
+
 def check_length(model: Any, prompt: Prompt, max_new: int) -> None:
-    """Refuse a prompt that, with ``max_new`` new tokens, exceeds the model's context."""
+    """Refuse a prompt that, with ``max_new`` new tokens, exceeds the model's context.
+
+    :raises ContextLengthError: (a ``ValueError``) with the prompt's length and the limit."""
     limit = context_limit(model)
     if limit is not None and prompt.n_tokens + max_new > limit:
-        raise ValueError(
+        raise ContextLengthError(
             f"prompt of {prompt.n_tokens} tokens plus max_new_tokens={max_new} exceeds the "
-            f"model's context of {limit} tokens{context_note(model)}"
-        )
+            f"model's context of {limit} tokens{context_note(model)}",
+            prompt_tokens=prompt.n_tokens, max_new_tokens=max_new, limit=limit)
 
 
 class PromptOnce:

@@ -19,7 +19,9 @@ from transformers import StoppingCriteria
 
 from ..decode.sources import PREDICTION
 from ..kv.blocks import block_prompt
+from ..request import ContextLengthError
 from ..stats import Generation, GenerationStats
+from .render import capped
 from .requests import Sampling
 from .stream import TextStream
 
@@ -127,21 +129,26 @@ def _ttft(stream: TextStream, arrived: float) -> float | None:
     return None if stream.first_token_at is None else stream.first_token_at - arrived
 
 
-def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_new: int,
+def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, default_max: int,
             stream: TextStream, arrived: float, queue_s: float) -> Outcome:
     """``pc.ask`` in ``scope``: a QA-bank answer, ``no_documents``, or an answer generated from
     the retrieved chunks (streamed). When the client goes away generation stops at the next
     token and ``pc.ask`` returns nothing (``"cancelled"``): it stores no cut answer in the QA
-    bank (see :class:`_StopOnCancel`)."""
+    bank (see :class:`_StopOnCancel`).
+
+    ``max_tokens`` is checked against the context as the chat route checks it, once the
+    retrieved prompt's length is known: a request without it gets ``default_max`` capped by
+    the room left (asked again with the cap: the refusal comes before anything runs); one
+    asking more than the room is a 400 naming ``max_tokens`` (:func:`capped`)."""
     if stream.cancelled:
         return _cancelled(0, queue_s, arrived)
-    kwargs = {"max_new_tokens": max_new, **sampling.generate_kwargs()}
-    # the stream's prompt mark first: it only watches; a penalty after it edits the scores and
-    # keeps the request away from the QA bank (assistant/exact_kwargs.py)
-    kwargs["logits_processor"] = [stream.processor, *kwargs.get("logits_processor", ())]
+    max_new = sampling.max_tokens or default_max
     try:
-        answer = pc.ask(question, scope=scope, stopping_criteria=[_StopOnCancel(stream)], **kwargs)
-    except ClientGone:
+        answer = _ask(pc, question, scope, sampling, max_new, stream)
+    except ContextLengthError as exc:
+        max_new = capped(exc.limit, exc.prompt_tokens, sampling.max_tokens, default_max, "question")
+        answer = _ask(pc, question, scope, sampling, max_new, stream)  # the room left: it fits
+    if answer is None:
         return _cancelled(0, queue_s, arrived)
     ttft: float | None
     if answer.source != "generated":
@@ -158,6 +165,19 @@ def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_n
                    time.perf_counter() - arrived, answer.source, tuple(answer.sources),
                    answer.matched_question, answer.similarity, st,
                    _snippets(pc, answer.sources))
+
+
+def _ask(pc: Any, question: str, scope: str | None, sampling: Sampling, max_new: int,
+         stream: TextStream) -> Any:
+    """``pc.ask``'s answer, or None when the client went away."""
+    kwargs = {"max_new_tokens": max_new, **sampling.generate_kwargs()}
+    # the stream's prompt mark first: it only watches; a penalty after it edits the scores and
+    # keeps the request away from the QA bank (assistant/exact_kwargs.py)
+    kwargs["logits_processor"] = [stream.processor, *kwargs.get("logits_processor", ())]
+    try:
+        return pc.ask(question, scope=scope, stopping_criteria=[_StopOnCancel(stream)], **kwargs)
+    except ClientGone:
+        return None
 
 
 def _snippets(pc: Any, chunk_ids: Sequence[str], chars: int = 160) -> tuple[str, ...]:

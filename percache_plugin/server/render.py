@@ -8,7 +8,7 @@ from typing import Any
 from ..decode.generate import context_limit
 from .errors import APIError
 
-__all__ = ["chat_ids", "text_ids", "max_new_tokens", "check_bias"]
+__all__ = ["chat_ids", "text_ids", "max_new_tokens", "capped", "check_bias"]
 
 
 def chat_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
@@ -47,7 +47,8 @@ def check_bias(tokenizer: Any, bias: Sequence[tuple[int, float]]) -> None:
                        code="integer_above_max_value")
 
 
-def max_new_tokens(model: Any, n_prompt: int, requested: int | None, default: int) -> int:
+def max_new_tokens(model: Any, n_prompt: int, requested: int | None, default: int,
+                   prompt_param: str = "messages") -> int:
     """How many tokens to generate: ``requested``, or ``default`` capped by the room left.
 
     :raises APIError: 400 ``context_length_exceeded`` when the prompt plus the requested tokens
@@ -55,16 +56,23 @@ def max_new_tokens(model: Any, n_prompt: int, requested: int | None, default: in
     limit = context_limit(model)
     if limit is None:
         return requested or default
+    return capped(limit, n_prompt, requested, default, prompt_param)
+
+
+def capped(limit: int, n_prompt: int, requested: int | None, default: int,
+           prompt_param: str = "messages") -> int:
+    """:func:`max_new_tokens` for a context of ``limit`` tokens; ``prompt_param`` is the field
+    named when the prompt alone leaves no room (``messages``, ``prompt``, ``question``)."""
     room = limit - n_prompt
     if requested is None:
         if room < 1:
             raise APIError(400, f"This model's maximum context length is {limit} tokens. However, "
-                           f"your messages resulted in {n_prompt} tokens.", param="messages",
+                           f"your {prompt_param} resulted in {n_prompt} tokens.", param=prompt_param,
                            code="context_length_exceeded")
         return min(default, room)
     if requested > room:
         raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you "
-                       f"requested {n_prompt + requested} tokens ({n_prompt} in the messages, "
-                       f"{requested} in the completion). Please reduce the length of the messages "
-                       "or completion.", param="max_tokens", code="context_length_exceeded")
+                       f"requested {n_prompt + requested} tokens ({n_prompt} in the {prompt_param}, "
+                       f"{requested} in the completion). Please reduce the length of the "
+                       f"{prompt_param} or completion.", param="max_tokens", code="context_length_exceeded")
     return requested

@@ -70,11 +70,11 @@ def rag_routes(state: ServerState) -> list[Route]:
         if len(question) > state.settings.max_question_chars:
             raise APIError(400, f"'question' has {len(question)} characters; at most "
                            f"{state.settings.max_question_chars}", param="question")
-        max_new = sampling.max_tokens or state.settings.default_max_tokens
+        default_max = state.settings.default_max_tokens
         stream = TextStream(pc.tokenizer, None, strip=True)  # as pc.ask strips its answer
 
         def job(queue_s: float) -> Any:
-            return run_ask(pc, question, scope, sampling, max_new, stream, arrived, queue_s)
+            return run_ask(pc, question, scope, sampling, default_max, stream, arrived, queue_s)
 
         return await respond(request, state.runner, "ask", job, stream,
                              Format("answer", state.settings.model_name), streaming=req.stream)

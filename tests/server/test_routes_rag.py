@@ -113,3 +113,34 @@ def test_a_streamed_refusal_is_the_unstreamed_one(server: Any) -> None:
     assert status == 400 and whole["error"]["type"] == "invalid_request_error"
     streamed = events(server, "/v1/ask", {**body, "stream": True})
     assert streamed[-2] == whole and streamed[-1] == "[DONE]"
+
+
+def test_ask_caps_max_tokens_by_the_context_left_as_chat_does() -> None:
+    """The retrieved prompt plus ``max_tokens`` beyond the context: a 400 naming ``max_tokens``
+    with ``context_length_exceeded`` (it was a 400 with neither); no ``max_tokens``: the
+    server's default capped by the room left (it was refused)."""
+    import percache_plugin as percache
+    from percache_plugin.decode.generate import context_limit
+    from tests.helpers import tiny_pair
+    from tests.server.conftest import start
+
+    model, tok = tiny_pair("llama", max_position_embeddings=640)
+    pc = percache.enable(model, tok, embedder="hash", predict="off", answer_grounding=False)
+    srv = start(pc, default_max_tokens=1000)
+    try:
+        post_json(srv, "/v1/documents", {"documents": DOCS})
+        eos = pc.model.generation_config.eos_token_id
+        ask = {"question": "When is the rehearsal?", "logit_bias": {str(eos): -100}}  # runs to the end
+        status, body = post_json(srv, "/v1/ask", {**ask, "max_tokens": 1000})
+        assert status == 400, body
+        err = body["error"]
+        assert err["param"] == "max_tokens" and err["code"] == "context_length_exceeded"
+        assert "640 tokens" in err["message"] and err["type"] == "invalid_request_error"
+        status, body = post_json(srv, "/v1/ask", ask)
+        assert status == 200, body
+        assert body["source"] == "generated" and body["finish_reason"] == "length", body["usage"]
+        used = body["usage"]
+        assert used["prompt_tokens"] + used["completion_tokens"] == context_limit(pc.model) == 640
+    finally:
+        srv.stop()
+        pc.close()
