@@ -9,16 +9,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from transformers import DynamicCache
 
 from ..personas.registry import Personas
 from ..personas.runtime import PersonaRuntime
 from ..turnlog import TurnLog
 from .chat import ChatRunner
 from .evict import compact
+from .info import SessionInfo, UnknownSession, session_infos
 from .layout import ChatLayout
 from .locks import SessionLocks
 from .log_turn import log_turn
@@ -26,7 +24,8 @@ from .memory_region import RegionMemory, forget_fact
 from .persist import SESSIONS_DB, SessionStore
 from .reply import ChatStats, Reply
 from .restore import adopt, read_session
-from .state import Session, cache_bytes, cache_tokens, copy_turn, share_cache
+from .state import Session
+from .transitions import branch, empty, follow_weights
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -36,28 +35,6 @@ __all__ = ["Sessions", "SessionInfo", "UnknownSession", "DEFAULT_SESSION"]
 DEFAULT_SESSION = "default"
 
 log = logging.getLogger("percache")
-
-
-class UnknownSession(KeyError):
-    """No session of that name; the message lists the known ones."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """A session at a glance (``pc.sessions.list()``)."""
-
-    name: str
-    turns: int  # turns still in context
-    evicted_turns: int
-    tokens: int  # conversation tokens in context
-    kv_tokens: int  # cache positions
-    kv_bytes: int
-    system: str | None
-    fingerprint: str = ""  # saved under other weights only (a LoRA persona's; chat(persona=) resumes it)
-    unreadable_turns: tuple[int, ...] = ()  # turns whose saved rows were corrupt when read (dropped or repaired)
 
 
 class Sessions:
@@ -180,13 +157,7 @@ class Sessions:
         with self._lock:
             sessions = [self.get(n) for n in self.names()]
             elsewhere = self._store.elsewhere() if self._store is not None else []
-        infos = [SessionInfo(s.name, len(s.turns), s.evicted_turns, s.n_tokens,
-                             cache_tokens(s.cache), cache_bytes(s.cache), s.system,
-                             unreadable_turns=tuple(s.unreadable_turns)) for s in sessions]
-        known = {i.name for i in infos}
-        infos += [SessionInfo(e.name, e.turns, e.evicted_turns, e.tokens, e.kv_tokens, e.kv_bytes,
-                              e.system, e.fingerprint) for e in elsewhere if e.name not in known]
-        return sorted(infos, key=lambda i: i.name)
+        return session_infos(sessions, elsewhere)
 
     def fork(self, source: str, name: str) -> Session:
         """A branch of ``source`` named ``name`` (candidate replies, retries): the same turns,
@@ -196,27 +167,14 @@ class Sessions:
             with self._lock:
                 if name in self._sessions or self._stored(name):
                     raise ValueError(f"session {name!r} already exists")
-                branch = Session(
-                    name, src.system, list(src.head_ids), src.first_glue,
-                    [copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
-                    src.evicted_turns, None if src.keep is None else src.keep.clone(),
-                    fingerprint=src.fingerprint, shifted_from=src.shifted_from, region_shifted_from=src.region_shifted_from)
-                branch.approx_from, branch.published = src.approx_from, list(src.published)
-                branch.memory, branch.memory_header, branch.memory_scope = list(src.memory), list(src.memory_header), src.memory_scope
-                self._sessions[name] = branch
-                branch.rewrite = True  # the first save writes the branch whole
-        return branch
+                self._sessions[name] = out = branch(src, name)
+        return out
 
     def reset(self, name: str) -> None:
         """Forget the conversation of ``name`` (its system prompt stays)."""
         session = self.get(name)
         with session.lock, self._locks.hold(name, self._engine.config.session_wait_s):
-            fresh = self._new(name, session.system)
-            session.turns, session.cache, session.keep = [], fresh.cache, None
-            session.next_turn, session.evicted_turns = 1, 0
-            session.saved_upto, session.rewrite = 0, False
-            session.approx_from, session.published = None, []
-            session.memory, session.memory_scope = [], None
+            empty(session, self._new(name, session.system))
             store = self._store
             if store is not None:
                 session.version = store.delete(name)
@@ -314,21 +272,8 @@ class Sessions:
                 self.get(name)
 
     def _follow_weights(self, session: Session) -> None:
-        """Never serve K/V computed under other weights: when the model's fingerprint changed
-        since the session's cache was computed (an adapter enabled, disabled or switched; a
-        weight edited in place), the conversation is kept and its history is computed again
-        under the weights now in use, and saved under their fingerprint."""
-        fingerprint = self._engine.follow_model()
-        if session.fingerprint == fingerprint:
-            return
-        if session.fingerprint and cache_tokens(session.cache):
-            log.info("percache: the model's weights changed; session %r's %d history tokens "
-                     "are computed again", session.name, session.n_tokens)
-            compact(session)  # masked turns leave, as they would without their slots
-            session.cache, session.keep = DynamicCache(), None
-            session.restored = "weights_changed"
-        session.fingerprint = fingerprint
-        session.saved_upto, session.rewrite = 0, True  # a new store: the first save is whole
+        """Compute the history again when the weights changed (:func:`.transitions.follow_weights`)."""
+        follow_weights(session, self._engine.follow_model())
 
     def _save(self, session: Session, reply: Reply) -> None:
         """Append the turn to the store (best effort: a failed write keeps the reply, counts
