@@ -13,6 +13,8 @@ from .ram_tier import KVRamTier
 if TYPE_CHECKING:
     from ..hooks.contexts import AssistantContext, EngineContext
     from ..kv.store import ChunkKV
+    from ..segments import Prompt
+    from ..stats import Generation, GenerationStats
 
 __all__ = ["RamTierKV"]
 
@@ -71,6 +73,13 @@ class RamTierKV:
         return True
 
     @hookimpl
+    def percache_request_end(self, ctx: EngineContext, prompt: Prompt, stats: GenerationStats,
+                             generation: Generation | None) -> None:
+        """Offer the chunks the request read in the background (``KVRamTier.settle``)."""
+        if self.tier is not None:
+            self.tier.settle()
+
+    @hookimpl
     def percache_close(self, ctx: AssistantContext) -> None:
         """Free the tier's memory and stop listening to the store."""
         if self.tier is not None:
@@ -79,13 +88,13 @@ class RamTierKV:
         self.joins = None
 
     def ram_tier_stats(self) -> dict[str, float]:
-        """Hits, misses, bytes and hit ratio of the tier, and the bytes, reuses, fresh
+        """Hits, misses (``bypassed``: of them, chunks not kept), bytes and hit ratio of the tier, and the bytes, reuses, fresh
         allocations and busy misses of its join buffers (empty before the first load)."""
         if self.tier is None:
             return {}
         s, j = self.tier.stats, self.joins
         return {"hits": s.hits, "misses": s.misses, "stale": self.tier.stale,
-                "evictions": s.evictions, "bytes": self.tier.cache.used, "hit_ratio": s.hit_ratio,
+                "evictions": s.evictions, "bypassed": s.bypassed, "bytes": self.tier.cache.used, "hit_ratio": s.hit_ratio,
                 "join_bytes": j.nbytes if j else 0, "join_reuses": j.stats.reuses if j else 0,
                 "join_allocations": j.stats.allocations if j else 0, "join_busy": j.stats.busy if j else 0}
 

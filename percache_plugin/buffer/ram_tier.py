@@ -93,7 +93,10 @@ class KVRamTier:
         if kv is None:
             return None
         if kv.pending is not None:
-            self._pending.append((key, kv, _version(info), cls))
+            if kv.nbytes <= self.cache.capacity:  # a larger chunk could never be kept
+                self._pending.append((key, kv, _version(info), cls))
+            else:
+                self._left_out(kv)
         else:
             self._offer(key, kv, _version(info), cls)
         return replace(kv, origin="store")
@@ -103,18 +106,34 @@ class KVRamTier:
         if after is not None and _version(after) == version:
             self.cache.offer(key, _Entry(replace(kv, origin="ram", pending=None), version), kv.nbytes, cls)
 
-    def _settle(self) -> None:
+    def _left_out(self, kv: ChunkKV) -> None:
+        """Count a chunk read from the store that the cache will not be offered."""
+        self.stats.misses += 1
+        self.stats.bypassed += 1
+        self.stats.bytes_missed += kv.nbytes
+
+    def _settle(self, *, final: bool = False) -> None:
         """Offer the chunks read in the background that are now read and checked; forget the
-        failed ones (the store dropped them)."""
+        failed ones (the store dropped them). ``final``: forget those still being read too."""
         waiting = []
         for item in self._pending:
             gate = item[1].pending
             assert gate is not None
             if not gate.finished:
-                waiting.append(item)
+                if final:
+                    self._left_out(item[1])
+                else:
+                    waiting.append(item)
             elif gate.ok:
                 self._offer(*item)
         self._pending = waiting
+
+    def settle(self) -> None:
+        """The request that read chunks in the background is over: offer those read and
+        checked, forget the rest. Until then the tier keeps the chunks it read for the
+        request, which the request's cache holds anyway; after it, nothing outside its budget
+        (a chunk left waiting for the next request would stay in memory, uncounted, until then)."""
+        self._settle(final=True)
 
     def prefetch(self, keys: Sequence[str]) -> int:
         """Start reading from the store the nodes this tier does not hold (``KVStore.prefetch``);
