@@ -16,14 +16,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checks import bad, kind_of, range_error, require_object, required
 from .errors import APIError
-from .fields import ASK, CHAT, MESSAGE, PART_TYPES, TEXT, Handling, check_fields, shown
+from .fields import ASK, CHAT, TEXT, check_fields, shown
+from .messages import parse_messages, parse_prediction
 from .penalties import LogitBias, OpenAIPenalties
 
 __all__ = ["Sampling", "ChatRequest", "CompletionRequest", "AskRequest", "parse_chat",
-           "parse_completion", "parse_ask", "ROLES", "require_object", "MIN_TEMPERATURE"]
+           "parse_completion", "parse_ask", "MIN_TEMPERATURE"]
 
-ROLES = ("system", "developer", "user", "assistant")
 _MAX_STOPS = 4  # as OpenAI's API
 MIN_TEMPERATURE = 1e-30
 """The smallest temperature above 0 that is sampled: transformers divides the float32 logits by
@@ -99,42 +100,14 @@ class AskRequest:
     stream: bool = False
 
 
-def _bad(param: str, message: str, code: str = "invalid_type") -> APIError:
-    """A 400 naming ``param``, with OpenAI's ``code``: ``invalid_type`` (wrong JSON type),
-    ``invalid_value`` (right type, no meaning) or one of :func:`_range_error`'s."""
-    return APIError(400, message, param=param, code=code)
-
-
-def _range_error(param: str, value: object, kind: str, below: bool, allowed: str,
-                 what: str = "") -> APIError:
-    """A value out of range, coded as OpenAI codes it (``integer_below_min_value``,
-    ``decimal_above_max_value``, ...), naming the field and the range allowed."""
-    side = "below_min" if below else "above_max"
-    return _bad(param, f"{what or repr(param)} is {value}, out of range: it must be {allowed}",
-                f"{kind}_{side}_value")
-
-
-def require_object(body: Any) -> dict[str, Any]:
-    """The body as a JSON object, or a 400."""
-    if not isinstance(body, dict):
-        raise APIError(400, f"the request body must be a JSON object, got {_kind(body)}")
-    return body
-
-
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-             int: "an integer", float: "a number", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
 def _int(body: dict[str, Any], name: str, lo: int, hi: int | None = None) -> int | None:
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(name, f"'{name}' must be an integer, got {_kind(value)}")
+        raise bad(name, f"'{name}' must be an integer, got {kind_of(value)}")
     if value < lo or (hi is not None and value > hi):
-        raise _range_error(name, value, "integer", value < lo,
+        raise range_error(name, value, "integer", value < lo,
                            f"between {lo} and {hi}" if hi is not None else f"at least {lo}")
     return value
 
@@ -144,9 +117,9 @@ def _float(body: dict[str, Any], name: str, default: float, lo: float, hi: float
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(name, f"'{name}' must be a number, got {_kind(value)}")
+        raise bad(name, f"'{name}' must be a number, got {kind_of(value)}")
     if not lo <= value <= hi:
-        raise _range_error(name, value, "decimal", value < lo, f"between {lo} and {hi}")
+        raise range_error(name, value, "decimal", value < lo, f"between {lo} and {hi}")
     return float(value)
 
 
@@ -155,7 +128,7 @@ def _bool(body: dict[str, Any], name: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise _bad(name, f"'{name}' must be a boolean, got {_kind(value)}")
+        raise bad(name, f"'{name}' must be a boolean, got {kind_of(value)}")
     return value
 
 
@@ -165,12 +138,12 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise _bad("stop", f"'stop' must be a string or an array of strings, got {_kind(value)}")
+        raise bad("stop", f"'stop' must be a string or an array of strings, got {kind_of(value)}")
     if len(stops) > _MAX_STOPS:
-        raise _bad("stop", f"'stop' has {len(stops)} sequences, out of range: at most {_MAX_STOPS} "
+        raise bad("stop", f"'stop' has {len(stops)} sequences, out of range: at most {_MAX_STOPS} "
                    "are allowed", "array_above_max_length")
     if any(s == "" for s in stops):
-        raise _bad("stop", "'stop' sequences must not be empty", "invalid_value")
+        raise bad("stop", "'stop' sequences must not be empty", "invalid_value")
     return tuple(stops)
 
 
@@ -179,15 +152,15 @@ def _logit_bias(body: dict[str, Any]) -> tuple[tuple[int, float], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
-        raise _bad("logit_bias", f"'logit_bias' must be an object of token ids to biases, got {_kind(value)}")
+        raise bad("logit_bias", f"'logit_bias' must be an object of token ids to biases, got {kind_of(value)}")
     out = []
     for key, bias in value.items():
         if not (isinstance(key, str) and key.isascii() and key.isdigit()):
-            raise _bad("logit_bias", f"'logit_bias' keys must be token ids, got {key!r}", "invalid_value")
+            raise bad("logit_bias", f"'logit_bias' keys must be token ids, got {key!r}", "invalid_value")
         if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
-            raise _bad("logit_bias", f"'logit_bias' values must be numbers, got {shown(bias)}")
+            raise bad("logit_bias", f"'logit_bias' values must be numbers, got {shown(bias)}")
         if not -100 <= bias <= 100:
-            raise _range_error("logit_bias", bias, "decimal", bias < -100, "between -100 and 100",
+            raise range_error("logit_bias", bias, "decimal", bias < -100, "between -100 and 100",
                                f"'logit_bias' of token {key}")
         if bias:
             out.append((int(key), float(bias)))
@@ -195,18 +168,18 @@ def _logit_bias(body: dict[str, Any]) -> tuple[tuple[int, float], ...]:
 
 
 def _model(body: dict[str, Any]) -> str:
-    value = body.get("model")
-    if not isinstance(value, str) or not value:
-        raise _bad("model", "'model' must be a non-empty string naming a model of GET /v1/models"
-                   if value is None or isinstance(value, str) else
-                   f"'model' must be a string, got {_kind(value)}")
+    value = required(body, "model")
+    if not isinstance(value, str):
+        raise bad("model", f"'model' must be a string, got {kind_of(value)}")
+    if not value:
+        raise bad("model", "'model' must name a model of GET /v1/models, got ''", "invalid_value")
     return value
 
 
 def _temperature(body: dict[str, Any], default: float) -> float:
     value = _float(body, "temperature", default, 0.0, 2.0)
     if 0 < value < MIN_TEMPERATURE:  # smaller values overflow the sampler
-        raise _range_error("temperature", value, "decimal", True,
+        raise range_error("temperature", value, "decimal", True,
                            f"0 (greedy decoding) or between {MIN_TEMPERATURE} and 2.0")
     return value
 
@@ -217,7 +190,7 @@ def _sampling(body: dict[str, Any], temperature: float = 1.0, stops: bool = True
         max_tokens = _int(body, "max_tokens", 1)
     repetition = _float(body, "repetition_penalty", 1.0, 0.0, 100.0)
     if repetition == 0:
-        raise _range_error("repetition_penalty", value=0.0, kind="decimal", below=True,
+        raise range_error("repetition_penalty", value=0.0, kind="decimal", below=True,
                            allowed="above 0 and at most 100.0 (1 is off)")
     top_k = _int(body, "top_k", -1)
     return Sampling(max_tokens=max_tokens, temperature=_temperature(body, temperature),
@@ -234,7 +207,7 @@ def _include_usage(body: dict[str, Any]) -> bool:
     if options is None:
         return False
     if not isinstance(options, dict):
-        raise _bad("stream_options", f"'stream_options' must be an object, got {_kind(options)}")
+        raise bad("stream_options", f"'stream_options' must be an object, got {kind_of(options)}")
     unknown = sorted(set(options) - {"include_usage", "include_obfuscation"})
     if unknown:
         raise APIError(400, f"Unrecognized request argument supplied: stream_options.{unknown[0]}",
@@ -242,78 +215,20 @@ def _include_usage(body: dict[str, Any]) -> bool:
     return _bool(options, "include_usage")
 
 
-def _part(i: int, j: int, part: Any) -> str:
-    param = f"messages[{i}].content[{j}]"
-    kind = part.get("type") if isinstance(part, dict) else None
-    handling, why = PART_TYPES.get(kind, (None, "")) if isinstance(kind, str) else (None, "")
-    if handling is Handling.REFUSED:
-        raise APIError(400, f"{param} is a {kind!r} part, which is not supported by this server: {why}",
-                       param=param, code="unsupported_content")
-    if handling is None or not isinstance(part, dict) or not isinstance(part.get("text"), str):
-        raise _bad(param, f"{param} must be a text part ({{'type': 'text', 'text': ...}}), got {shown(part)}")
-    return str(part["text"])
-
-
-def _content(i: int, value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):  # content parts: text parts, joined as they come
-        return "".join(_part(i, j, part) for j, part in enumerate(value))
-    raise _bad(f"messages[{i}].content", f"messages[{i}].content must be a string, got {_kind(value)}")
-
-
-def _prediction(body: dict[str, Any]) -> str | None:
-    """OpenAI's ``prediction``: ``{"type": "content", "content": text or text parts}``."""
-    value = body.get("prediction")
-    if value is None:
-        return None
-    form = "{'type': 'content', 'content': a string or text parts}"
-    if not isinstance(value, dict) or value.get("type") != "content" or set(value) - {"type", "content"}:
-        raise _bad("prediction", f"'prediction' must be {form}, got {shown(value)}")
-    content = value.get("content")
-    if isinstance(content, str):
-        return content or None
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and set(p) == {"type", "text"}
-                                         and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content) or None
-    raise _bad("prediction", f"'prediction' must be {form}, got {shown(value)}")
-
-
-def _messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
-    value = body.get("messages")
-    if not isinstance(value, list):
-        raise _bad("messages", f"'messages' must be an array of messages, got {_kind(value)}")
-    if not value:
-        raise APIError(400, "'messages' is empty; send at least one message", param="messages",
-                       code="empty_array")
-    out = []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict):
-            raise _bad(f"messages[{i}]", f"messages[{i}] must be an object, got {_kind(m)}")
-        check_fields(m, MESSAGE, f"messages[{i}].")
-        role = m.get("role")
-        if role not in ROLES:
-            raise _bad(f"messages[{i}].role", f"messages[{i}].role is {role!r}; expected one of {', '.join(ROLES)}",
-                       "invalid_value")
-        out.append({"role": "system" if role == "developer" else str(role),
-                    "content": _content(i, m.get("content"))})
-    return tuple(out)
-
-
 def parse_chat(body: Any) -> ChatRequest:
     """A checked chat request. :raises APIError: 400 naming the field at fault."""
     body = require_object(body)
     check_fields(body, CHAT)
-    return ChatRequest(model=_model(body), messages=_messages(body), sampling=_sampling(body),
+    return ChatRequest(model=_model(body), messages=parse_messages(body), sampling=_sampling(body),
                        stream=_bool(body, "stream"), include_usage=_include_usage(body),
-                       prediction=_prediction(body))
+                       prediction=parse_prediction(body))
 
 
 def parse_completion(body: Any) -> CompletionRequest:
     """A checked completion request (``prompt``: a string, one-string array, or token ids)."""
     body = require_object(body)
     check_fields(body, TEXT)
-    value = body.get("prompt")
+    value = required(body, "prompt")
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
         value = value[0]  # a batch of one
     prompt: str | tuple[int, ...]
@@ -324,8 +239,8 @@ def parse_completion(body: Any) -> CompletionRequest:
     elif value in ("", []):
         raise APIError(400, "'prompt' is empty", param="prompt")
     else:
-        raise _bad("prompt", f"'prompt' must be a string or an array of token ids (one prompt per "
-                   f"request), got {_kind(value)}")
+        raise bad("prompt", f"'prompt' must be a string or an array of token ids (one prompt per "
+                   f"request), got {kind_of(value)}")
     return CompletionRequest(model=_model(body), prompt=prompt, sampling=_sampling(body),
                              stream=_bool(body, "stream"), include_usage=_include_usage(body))
 
@@ -335,7 +250,7 @@ def parse_ask(body: Any) -> AskRequest:
     fields (greedy unless ``temperature`` is given)."""
     body = require_object(body)
     check_fields(body, ASK)
-    question = body.get("question")
+    question = required(body, "question")
     if not isinstance(question, str) or not question.strip():
         raise APIError(400, "'question' must be a non-empty string", param="question")
     return AskRequest(question, _sampling(body, temperature=0.0, stops=False),

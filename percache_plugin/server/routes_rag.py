@@ -11,11 +11,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .checks import require_object
 from .errors import APIError
 from .formats import Format
 from .jobs import run_ask
 from .render import check_bias
-from .requests import parse_ask, require_object
+from .requests import parse_ask
 from .respond import respond
 from .state import ServerState
 from .stream import TextStream

@@ -63,3 +63,28 @@ def test_other_routes_share_the_range_codes() -> None:
     with pytest.raises(APIError) as info:
         parse_ask({"question": "q", "max_tokens": 0})
     assert info.value.code == "integer_below_min_value"
+
+
+@pytest.mark.parametrize(("parse", "body", "param"), [
+    (parse_chat, {"messages": CHAT["messages"]}, "model"),
+    (parse_chat, {"model": None, "messages": CHAT["messages"]}, "model"),
+    (parse_completion, {"prompt": "x"}, "model"),
+    (parse_chat, {"model": "m"}, "messages"),
+    (parse_completion, {"model": "m"}, "prompt"),
+    (parse_ask, {}, "question"),
+])
+def test_a_missing_required_field_is_named_as_missing(parse: Any, body: dict[str, Any], param: str) -> None:
+    """OpenAI's shape for a required field left out: ``missing_required_parameter`` naming it
+    (a request without ``model`` was coded ``invalid_type``)."""
+    with pytest.raises(APIError) as info:
+        parse(body)
+    err = info.value
+    assert err.status == 400 and err.type == "invalid_request_error"
+    assert err.param == param and err.code == "missing_required_parameter"
+    assert f"Missing required parameter: '{param}'" in err.message
+
+
+@pytest.mark.parametrize(("body", "code"), [({"model": ""}, "invalid_value"), ({"model": 3}, "invalid_type")])
+def test_a_model_given_but_unusable_keeps_its_code(body: dict[str, Any], code: str) -> None:
+    err = _refusal(body)
+    assert err.param == "model" and err.code == code
