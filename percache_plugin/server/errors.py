@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["APIError", "error_body"]
+__all__ = ["APIError", "error_body", "shutting_down"]
 
 
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
@@ -31,3 +31,10 @@ class APIError(Exception):
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, self.param, self.code)
+
+
+def shutting_down() -> APIError:
+    """A request the server did not complete because it is shutting down (503; streamed: an
+    error event before ``[DONE]``), so a client can tell it from a finished answer."""
+    return APIError(503, "The server is shutting down; the request was not completed. Send it "
+                    "again once the server is back.", type_="server_error", code="server_shutting_down")

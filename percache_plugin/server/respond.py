@@ -7,18 +7,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from .errors import APIError, error_body
+from .errors import APIError, error_body, shutting_down
 from .formats import Format, sse
 from .jobs import Outcome
 from .runner import Runner
 from .stream import TextStream
 
-__all__ = ["respond"]
+__all__ = ["respond", "result"]
 
 _DONE = object()
 
@@ -29,10 +30,10 @@ async def respond(request: Request, runner: Runner, kind: str, job: Callable[[fl
     """Queue ``job`` (which feeds ``stream``) and answer with its outcome."""
     loop = asyncio.get_running_loop()
     if not streaming:
-        future = runner.submit(kind, job)
+        future = runner.submit(kind, job, stream.cancel)
         watcher = asyncio.ensure_future(_watch(request, stream))
         try:
-            outcome = await asyncio.wrap_future(future)
+            outcome = await result(runner, future)
         except asyncio.CancelledError:
             stream.cancel()
             raise
@@ -48,9 +49,9 @@ async def respond(request: Request, runner: Runner, kind: str, job: Callable[[fl
             stream.cancel()
 
     stream.on_text = put
-    future = runner.submit(kind, job)
+    future = runner.submit(kind, job, stream.cancel)
     future.add_done_callback(lambda _: put(_DONE))
-    return StreamingResponse(_events(request, queue, future, stream, fmt, include_usage),
+    return StreamingResponse(_events(request, runner, queue, future, stream, fmt, include_usage),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -65,8 +66,26 @@ async def _watch(request: Request, stream: TextStream) -> None:
             return
 
 
-async def _events(request: Request, queue: asyncio.Queue[Any], future: Any, stream: TextStream,
-                  fmt: Format, include_usage: bool) -> AsyncIterator[str]:
+async def result(runner: Runner, future: Future[Any]) -> Any:
+    """The job's result once it is done. :raises APIError: 503 ``server_shutting_down`` for a
+    job the server's shutdown cancelled while queued or stopped while running."""
+    try:
+        outcome = await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        if future.cancelled() and runner.closing:
+            raise shutting_down() from None
+        raise
+    return _checked(runner, outcome)
+
+
+def _checked(runner: Runner, outcome: Any) -> Any:
+    if runner.closing and getattr(outcome, "finish_reason", None) == "cancelled":
+        raise shutting_down()  # the shutdown stopped it (a client that left reads nothing)
+    return outcome
+
+
+async def _events(request: Request, runner: Runner, queue: asyncio.Queue[Any], future: Future[Any],
+                  stream: TextStream, fmt: Format, include_usage: bool) -> AsyncIterator[str]:
     watcher = asyncio.ensure_future(_watch(request, stream))
     try:
         first = fmt.first()
@@ -75,7 +94,9 @@ async def _events(request: Request, queue: asyncio.Queue[Any], future: Any, stre
         while (item := await queue.get()) is not _DONE:
             yield sse(fmt.delta(item))
         try:
-            outcome = future.result()
+            if future.cancelled() and runner.closing:
+                raise shutting_down()
+            outcome = _checked(runner, future.result())
         except APIError as exc:
             yield sse(exc.body())
         except ValueError as exc:  # a refused request, as the app's handler answers it unstreamed

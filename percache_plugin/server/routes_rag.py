@@ -3,7 +3,6 @@ documents, ``POST /v1/ask`` answers with retrieval and the QA bank (``pc.ask``).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -17,7 +16,7 @@ from .formats import Format
 from .jobs import run_ask
 from .render import check_bias
 from .requests import parse_ask
-from .respond import respond
+from .respond import respond, result
 from .state import ServerState
 from .stream import TextStream
 
@@ -84,4 +83,4 @@ def rag_routes(state: ServerState) -> list[Route]:
 
 
 async def _wait(state: ServerState, job: Any) -> Any:
-    return await asyncio.wrap_future(state.runner.submit("documents", job))
+    return await result(state.runner, state.runner.submit("documents", job))

@@ -15,6 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import shutting_down
+
 __all__ = ["JobRecord", "Runner"]
 
 
@@ -22,8 +24,8 @@ __all__ = ["JobRecord", "Runner"]
 class JobRecord:
     """What one finished job did (kept for the last ``Runner.history`` jobs).
 
-    :ivar finish_reason: ``"stop"``, ``"length"``, ``"cancelled"`` (the client went away) or
-        ``"error"``.
+    :ivar finish_reason: ``"stop"``, ``"length"``, ``"cancelled"`` (the client went away),
+        ``"shutdown"`` (the server stopped it, or it was still queued) or ``"error"``.
     """
 
     kind: str
@@ -46,9 +48,12 @@ class Runner:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="percache-serve")
         self._lock = threading.Lock()
         self._waiting = 0
+        self._queued: dict[Future[Any], tuple[str, float]] = {}  # submitted, not started
+        self._stop_running: Callable[[], None] | None = None
         self.records: deque[JobRecord] = deque(maxlen=history)
         self.finished = 0  # jobs finished since the start, however they ended
         self.cancelled = 0  # of those, jobs whose client went away (finish_reason "cancelled")
+        self.closing = False  # set by :meth:`shut`: no job starts or is taken any more
         self.idle_worker = idle_worker
         self.idle_report: Any = None  # the idle worker's report, once closed
         if idle_worker:
@@ -60,15 +65,24 @@ class Runner:
         with self._lock:
             return self._waiting
 
-    def submit(self, kind: str, job: Callable[[float], Any]) -> Future[Any]:
+    def submit(self, kind: str, job: Callable[[float], Any],
+               stop: Callable[[], None] | None = None) -> Future[Any]:
         """Queue ``job(queued_s)``; its result or exception comes back through the future. The
-        job returns an object with ``finish_reason`` and ``completion_tokens`` (recorded)."""
+        job returns an object with ``finish_reason`` and ``completion_tokens`` (recorded).
+        ``stop``: ends the job early once it runs (:meth:`stop_running`).
+
+        :raises APIError: 503 ``server_shutting_down`` once :meth:`shut` was called."""
         submitted = time.perf_counter()
         with self._lock:
+            if self.closing:
+                raise shutting_down()
             self._waiting += 1
 
         def run() -> Any:
             started = time.perf_counter()
+            with self._lock:
+                self._queued.pop(future, None)
+                self._stop_running = stop
             reason, tokens = "error", 0
             try:
                 result = job(started - submitted)
@@ -76,22 +90,51 @@ class Runner:
                 tokens = int(getattr(result, "completion_tokens", 0))
                 return result
             finally:
-                self.records.append(JobRecord(kind, reason, tokens, started - submitted,
-                                              time.perf_counter() - started))
                 with self._lock:
-                    self._waiting -= 1
-                    self.finished += 1
-                    self.cancelled += reason == "cancelled"
+                    self._stop_running = None
+                    if reason == "cancelled" and self.closing:
+                        reason = "shutdown"
+                self._record(kind, reason, tokens, started - submitted, time.perf_counter() - started)
 
         try:
-            return self._pool.submit(run)
+            with self._lock:  # run() takes the lock first: it finds the future in _queued
+                future = self._pool.submit(run)
+                self._queued[future] = (kind, submitted)
         except BaseException:
             with self._lock:
                 self._waiting -= 1
             raise
+        return future
+
+    def _record(self, kind: str, reason: str, tokens: int, queue_s: float, run_s: float) -> None:
+        self.records.append(JobRecord(kind, reason, tokens, queue_s, run_s))
+        with self._lock:
+            self._waiting -= 1
+            self.finished += 1
+            self.cancelled += reason == "cancelled"
+
+    def shut(self) -> None:
+        """The server is shutting down: refuse new jobs and cancel the queued ones (their
+        futures raise ``CancelledError``; recorded as ``"shutdown"``). The running job goes on
+        until it ends or :meth:`stop_running` stops it."""
+        with self._lock:
+            self.closing = True
+            queued, self._queued = self._queued, {}
+        now = time.perf_counter()
+        for future, (kind, submitted) in queued.items():
+            if future.cancel():
+                self._record(kind, "shutdown", 0, now - submitted, 0.0)
+
+    def stop_running(self) -> None:
+        """End the running job at its next token (the server's grace period is over)."""
+        with self._lock:
+            stop = self._stop_running
+        if stop is not None:
+            stop()
 
     def close(self) -> None:
         """Finish the running job, drop the queued ones, stop the idle worker."""
+        self.shut()
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self.idle_worker:
             self.idle_report = self.pc.stop_idle_worker()

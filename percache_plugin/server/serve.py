@@ -3,6 +3,7 @@ free loopback port (tests, benchmarks)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -26,14 +27,34 @@ def _config(pc: Any, settings: ServerSettings, host: str, port: int, log_level: 
                           access_log=log_level == "debug", timeout_graceful_shutdown=5)
 
 
-def serve(pc: Any, settings: ServerSettings, host: str = "127.0.0.1", port: int = 8000,
-          log_level: str = "info") -> None:
-    """Serve ``pc`` until interrupted (SIGINT or SIGTERM: requests in flight finish, for at
-    most 5 s). :raises BindError: a non-loopback ``host`` without a token."""
+def _server(config: Any) -> Any:
+    """A uvicorn server that tells the app's runner when shutdown begins (uvicorn tells the app
+    only after its requests ended or were cut): queued requests end at once with an error
+    naming the shutdown, then ``[DONE]`` when streamed, and the running one is stopped a second
+    before the grace period ends, so that it too ends so rather than being cut."""
     import uvicorn
 
+    runner = config.app.state.server.runner
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            runner.shut()
+            grace = self.config.timeout_graceful_shutdown
+            if grace is not None:
+                asyncio.get_running_loop().call_later(max(grace - 1.0, 0.0), runner.stop_running)
+            await super().shutdown(sockets)
+
+    return Server(config)
+
+
+def serve(pc: Any, settings: ServerSettings, host: str = "127.0.0.1", port: int = 8000,
+          log_level: str = "info") -> None:
+    """Serve ``pc`` until interrupted (SIGINT or SIGTERM: the running request may finish for
+    at most 5 s; queued ones end at once with an error naming the shutdown, see
+    :func:`_server`). :raises BindError: a non-loopback ``host`` without a token."""
+
     try:
-        uvicorn.Server(_config(pc, settings, host, port, log_level)).run()
+        _server(_config(pc, settings, host, port, log_level)).run()
     except KeyboardInterrupt:  # Ctrl-C (uvicorn re-raises the signal once it shut down) is how it stops
         pass
 
@@ -49,11 +70,10 @@ class ServerThread:
 
     def __init__(self, pc: Any, settings: ServerSettings | None = None, host: str = "127.0.0.1",
                  port: int | None = None, log_level: str = "warning") -> None:
-        import uvicorn
 
         self.host, self.port = host, port or free_port(host)
         self.config = _config(pc, settings or ServerSettings(), host, self.port, log_level)
-        self.server = uvicorn.Server(self.config)
+        self.server = _server(self.config)
         self._thread = threading.Thread(target=self.server.run, name="percache-uvicorn", daemon=True)
 
     @property
