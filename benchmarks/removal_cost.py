@@ -14,6 +14,11 @@ of ``--docs`` synthetic documents holding N stored answers, for each N of ``--an
   before the next call, so every call starts from N fresh answers (a removal deletes those
   built on the document's chunks before the re-check: it retrieves for the others).
 
+Both re-check paths are timed on one handle, alternating every repeat: ``batched`` (the
+default: every question of the scope in one ``percache_retrieve_batch`` call) and
+``per_answer`` (one ``percache_retrieve`` per question: what a plugin wrapping only
+``percache_retrieve``, as this script's per-answer probe does, gets).
+
 No forward runs: the answers are stored directly (``pc.qa_bank.add``, sources = the question's
 retrieval now), the model is a tiny random Llama with SmolLM2's tokenizer.
 
@@ -42,16 +47,11 @@ SCOPE = "s"
 
 
 class Probe:
-    """Counts retrievals and times the re-check (``percache_documents_added``)."""
+    """Times the re-check (``percache_documents_added``) and counts its retrievals."""
 
     def __init__(self) -> None:
         self.retrievals = 0
         self.recheck_s = 0.0
-
-    @hookimpl(wrapper=True)
-    def percache_retrieve(self, ctx: Any, query: Any, k: int, scope: str | None) -> Generator[None, Any, Any]:
-        self.retrievals += 1
-        return (yield)
 
     @hookimpl(wrapper=True)
     def percache_documents_added(self, ctx: Any, report: Any) -> Generator[None, Any, Any]:
@@ -60,6 +60,28 @@ class Probe:
             return (yield)
         finally:
             self.recheck_s += time.perf_counter() - start
+
+
+class PerAnswer(Probe):
+    """Wraps ``percache_retrieve`` only: the re-check retrieves one question at a time."""
+
+    @hookimpl(wrapper=True)
+    def percache_retrieve(self, ctx: Any, query: Any, k: int, scope: str | None) -> Generator[None, Any, Any]:
+        self.retrievals += 1
+        return (yield)
+
+
+class Batched(Probe):
+    """Wraps ``percache_retrieve_batch`` only: the re-check's batches run."""
+
+    @hookimpl(wrapper=True)
+    def percache_retrieve_batch(self, ctx: Any, queries: Any, k: int,
+                                scope: str | None) -> Generator[None, Any, Any]:
+        self.retrievals += len(queries)
+        return (yield)
+
+
+ARMS = ("per_answer", "batched")
 
 
 def _words(rng: random.Random, vocab: list[str], n: int) -> str:
@@ -90,41 +112,48 @@ def measure(tok: Any, n_answers: int, args: argparse.Namespace) -> dict[str, obj
     docs = [{"text": _words(rng, vocab, args.doc_words), "id": f"d{i}"} for i in range(args.docs)]
     extra = {"text": _words(rng, vocab, args.doc_words), "id": "x"}
     questions = [_words(rng, vocab, args.question_words) + "?" for _ in range(n_answers)]
-    probe = Probe()
+    probes: dict[str, Probe] = {"per_answer": PerAnswer(), "batched": Batched()}
     with tempfile.TemporaryDirectory() as tmp:
-        pc = percache.enable(_model(tok), tok, store=Path(tmp) / "store", plugins=[probe],
+        pc = percache.enable(_model(tok), tok, store=Path(tmp) / "store",
                              embedder=args.embedder, answer_grounding=False, predict="off",
                              kv_warm=False, draft_calibrate_idle=False, top_k=args.k)
         try:
             pc.add_documents(docs + [extra], scope=SCOPE)
             _refresh(pc, questions, args.k)
             chunks = len(pc.knowledge.chunks())
-            rows: dict[str, list[float]] = {"remove": [], "remove_recheck": [], "add": [], "add_recheck": []}
-            counts: dict[str, set[tuple[int, int]]] = {"remove": set(), "add": set()}
+            rows: dict[str, list[float]] = {f"{a}_{op}{part}": [] for a in ARMS for op in ("remove", "add")
+                                            for part in ("", "_recheck")}
+            counts: dict[str, set[tuple[int, int]]] = {f"{a}_{op}": set() for a in ARMS for op in ("remove", "add")}
             for _ in range(args.repeats):
-                for op in ("remove", "add"):
-                    _refresh(pc, questions, args.k)
-                    probe.retrievals, probe.recheck_s = 0, 0.0
-                    before = sum(e.stale for e in pc.qa_bank.entries(scope=SCOPE))
-                    start = time.perf_counter()
-                    if op == "remove":
-                        pc.knowledge.remove_document("x", SCOPE)
-                    else:
-                        pc.add_documents([extra], scope=SCOPE)
-                    rows[op].append(time.perf_counter() - start)
-                    rows[f"{op}_recheck"].append(probe.recheck_s)
-                    stale = sum(e.stale for e in pc.qa_bank.entries(scope=SCOPE)) - before
-                    counts[op].add((probe.retrievals, stale))
+                for arm in ARMS:
+                    probe = probes[arm]
+                    pc.plugins.register(probe)
+                    try:
+                        for op in ("remove", "add"):
+                            _refresh(pc, questions, args.k)
+                            probe.retrievals, probe.recheck_s = 0, 0.0
+                            before = sum(e.stale for e in pc.qa_bank.entries(scope=SCOPE))
+                            start = time.perf_counter()
+                            if op == "remove":
+                                pc.knowledge.remove_document("x", SCOPE)
+                            else:
+                                pc.add_documents([extra], scope=SCOPE)
+                            rows[f"{arm}_{op}"].append(time.perf_counter() - start)
+                            rows[f"{arm}_{op}_recheck"].append(probe.recheck_s)
+                            stale = sum(e.stale for e in pc.qa_bank.entries(scope=SCOPE)) - before
+                            counts[f"{arm}_{op}"].add((probe.retrievals, stale))
+                    finally:
+                        pc.plugins.unregister(probe)
         finally:
             pc.close()
     out: dict[str, object] = {"answers": n_answers, "docs": args.docs, "chunks": chunks}
-    for op in ("remove", "add"):
-        out[f"{op}_ms"] = round(1000 * statistics.median(rows[op]), 1)
-        out[f"{op}_recheck_ms"] = round(1000 * statistics.median(rows[f"{op}_recheck"]), 1)
+    for key, times in rows.items():
+        out[f"{key}_ms"] = round(1000 * statistics.median(times), 1)
+    for key, seen in counts.items():
         # one value per repeat: each removal and re-addition reuses HNSW slots, so on a bank
         # large enough for HNSW to be approximate a question can retrieve otherwise next time
-        out[f"{op}_retrievals"] = sorted({r for r, _ in counts[op]})
-        out[f"{op}_stale"] = sorted({s for _, s in counts[op]})
+        out[f"{key}_retrievals"] = sorted({r for r, _ in seen})
+        out[f"{key}_stale"] = sorted({s for _, s in seen})
     return out
 
 

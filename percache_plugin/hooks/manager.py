@@ -179,6 +179,21 @@ class Hooks:
     def retrieve(self, ctx: AssistantContext, query: Query, k: int, scope: str | None) -> list[Chunk]:
         return list(self._hook.percache_retrieve(ctx=ctx, query=query, k=k, scope=scope) or [])
 
+    def retrieve_batch(self, ctx: AssistantContext, queries: Sequence[Query], k: int,
+                       scope: str | None) -> list[list[Chunk]]:
+        """``retrieve`` of each query, by ``percache_retrieve_batch`` when every plugin taking
+        part in ``percache_retrieve`` implements it too (none is bypassed), else one by one."""
+        hook = self._hook
+        batched = {id(i.plugin) for i in self.pm.hook.percache_retrieve_batch.get_hookimpls()}
+        found = None
+        if queries and all(id(i.plugin) in batched for i in self.pm.hook.percache_retrieve.get_hookimpls()):
+            found = hook.percache_retrieve_batch(ctx=ctx, queries=list(queries), k=k, scope=scope)
+        if found is None:
+            return [self.retrieve(ctx, q, k, scope) for q in queries]
+        if len(found) != len(queries):
+            raise ValueError(f"percache_retrieve_batch returned {len(found)} results for {len(queries)} queries")
+        return [list(chunks or []) for chunks in found]
+
     def resolve_chunks(self, ctx: AssistantContext, ids: Sequence[str]) -> list[Chunk] | None:
         """The chunks of ``ids`` in order, or None when no plugin knows all of them."""
         found = self._hook.percache_resolve_chunks(ctx=ctx, ids=list(ids))

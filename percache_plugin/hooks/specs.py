@@ -301,6 +301,27 @@ def percache_retrieve(ctx: AssistantContext, query: Query, k: int, scope: str | 
 
 
 @hookspec(firstresult=True)
+def percache_retrieve_batch(ctx: AssistantContext, queries: Sequence[Query], k: int,
+                            scope: str | None) -> list[list[Chunk]] | None:
+    """``percache_retrieve`` for many queries of one scope at once. firstresult.
+
+    After documents are added or removed, every stored answer of their scopes is checked against
+    its question's retrieval now (``percache_documents_added``); the default retrieves them all
+    in one pass over the knowledge bank (one BM25 scoring, one HNSW query), with the same result
+    as one ``percache_retrieve`` per query. It is called only when every plugin implementing
+    ``percache_retrieve`` (wrappers included) implements this hook too: otherwise each query goes
+    through ``percache_retrieve``, so a plugin replacing or wrapping retrieval is never bypassed.
+
+    :param ctx: the assistant context.
+    :param queries: the questions (``query.embedding``: their stored embeddings, when readable).
+    :param k: how many chunks per query (``ctx.config.top_k``).
+    :param scope: the scope of every query.
+    :return: one list of chunks per query, in order, each as ``percache_retrieve`` returns it;
+        or None to defer (no plugin: one ``percache_retrieve`` per query).
+    """
+
+
+@hookspec(firstresult=True)
 def percache_resolve_chunks(ctx: AssistantContext, ids: Sequence[str]) -> list[Chunk] | None:
     """Turn chunk ids (the sources of a stored answer) back into chunks. firstresult.
 

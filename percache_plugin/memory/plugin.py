@@ -72,6 +72,19 @@ class MemoryPlugin:
     def percache_retrieve(self, ctx: AssistantContext, query: Query, k: int,
                           scope: str | None) -> Generator[None, list[Chunk] | None, list[Chunk] | None]:
         chunks = yield
+        return self._with_facts(ctx, query, scope, chunks)
+
+    @hookimpl(wrapper=True)
+    def percache_retrieve_batch(self, ctx: AssistantContext, queries: Sequence[Query], k: int, scope: str | None
+                                ) -> Generator[None, list[list[Chunk]] | None, list[list[Chunk]] | None]:
+        found = yield  # None: each query goes through percache_retrieve, wrapped above
+        if found is None:
+            return None
+        return [self._with_facts(ctx, q, scope, chunks) or [] for q, chunks in zip(queries, found, strict=True)]
+
+    def _with_facts(self, ctx: AssistantContext, query: Query, scope: str | None,
+                    chunks: list[Chunk] | None) -> list[Chunk] | None:
+        """The chunks found, then the facts ``query`` recalls (``Config.memory_in_ask``)."""
         if not ctx.config.memory_in_ask or len(self.bank(ctx)) == 0:
             return chunks
         facts = [fact_chunk(h.fact) for h in self.recall(ctx, query, scope)]

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..rag.knowledge import AddReport
     from ..rag.qa_bank import LookupResult
     from ..rag.qa_length import AnswerTokens
+    from ..rag.qa_recheck import Recheck
     from ..rag.qa_types import AllScopes, QAEntry
 
 __all__ = ["answer_model", "KnowledgeRetrieval", "QABankPlugin", "KNOWLEDGE_PLUGIN", "QA_BANK_PLUGIN"]
@@ -71,6 +72,14 @@ class KnowledgeRetrieval:
         return bank.retrieve(query.text, k, scope=scope, query_embedding=query.embedding)
 
     @hookimpl(trylast=True)
+    def percache_retrieve_batch(self, ctx: AssistantContext, queries: Sequence[Query], k: int,
+                                scope: str | None) -> list[list[Chunk]]:
+        bank = self.bank(ctx)
+        if len(bank) == 0:
+            return [[] for _ in queries]
+        return bank.retrieve_many([(q.text, q.embedding) for q in queries], k, scope=scope)
+
+    @hookimpl(trylast=True)
     def percache_close(self, ctx: AssistantContext) -> None:
         if self._bank is not None:
             self._bank.close()
@@ -100,6 +109,11 @@ class KnowledgeRetrieval:
         if not all(i in bank.index for i in ids):
             return None
         return [bank.chunk(i) for i in ids]
+
+
+def _stored_query(ctx: AssistantContext, question: str, vector: np.ndarray | None) -> Query:
+    """The query of a stored question: its stored embedding, embedded again when unreadable."""
+    return ctx.query(question) if vector is None else Query(question, lambda _: vector[None])
 
 
 def _removed(ctx: AssistantContext, report: AddReport) -> None:
@@ -210,18 +224,22 @@ class QABankPlugin:
         bank = self.bank(ctx)
         current = bank.model()
 
-        def retrieve(question: str, scope: str | None, vector: np.ndarray | None) -> list[str] | None:
-            if scope not in scopes:  # retrieval never crosses scopes: this one did not change
-                return None
-            # the question's stored embedding: a bank of questions is not embedded again
-            query = ctx.query(question) if vector is None else Query(question, lambda _: vector[None])
-            return [c.id for c in ctx.hooks.retrieve(ctx, query, k, scope)]
+        def retrieve_many(items: Sequence[Recheck]) -> list[list[str] | None]:
+            out: list[list[str] | None] = [None] * len(items)  # None: a scope that did not change
+            for scope in scopes:  # retrieval never crosses scopes: one batch per scope
+                mine = [i for i, (_, s, _) in enumerate(items) if s == scope]
+                # the questions' stored embeddings: a bank of questions is not embedded again
+                queries = [_stored_query(ctx, items[i][0], items[i][2]) for i in mine]
+                for i, chunks in zip(mine, ctx.hooks.retrieve_batch(ctx, queries, k, scope), strict=True):
+                    out[i] = [c.id for c in chunks]
+            return out
 
         def cannot_tell(model: str, scope: str | None) -> bool:
             # answered under other settings (top_k...): this handle's retrieval is not its own
             return scope in scopes and not same_settings(model, current)
 
-        for entry_id in bank.mark_stale_for([c.id for c in report.new_chunks], retrieve, cannot_tell):
+        for entry_id in bank.mark_stale_for([c.id for c in report.new_chunks], cannot_tell=cannot_tell,
+                                             retrieve_many=retrieve_many):
             entry = bank.get(entry_id)
             if entry is not None:
                 ctx.idle_queue.push("refresh", entry.question, entry.scope)

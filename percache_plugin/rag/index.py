@@ -18,6 +18,7 @@ import hnswlib
 import numpy as np
 
 from percache_plugin.rag.chunking import Chunk
+from percache_plugin.rag.fuse_many import rrf_many
 from percache_plugin.rag.index_files import (
     CorruptIndexError,
     chunk_record,
@@ -29,6 +30,8 @@ from percache_plugin.rag.ranking import BM25Ranker, Fusion, Hit, fuse, tokenize
 from percache_plugin.rag.vectors import positive_int, unit_rows
 
 __all__ = ["CorruptIndexError", "Fusion", "Hit", "HybridIndex", "tokenize"]
+
+_BLOCK = 512  # queries fused at once by search_many (its arrays: queries x chunks)
 
 @dataclass
 class _Entry:
@@ -236,40 +239,69 @@ class HybridIndex:
         if eligible == 0:
             return []
         bm25 = self._bm25.rank(query, scope, candidates) if self._fusion != "vector" else []
-        dense = (
-            self._vector_ranking(vector, scope, min(candidates, eligible))
-            if self._fusion != "bm25"
-            else []
-        )
+        dense = self._vector_ranking(vector, scope, min(candidates, eligible)) if self._fusion != "bm25" else []
+        return self._fuse(bm25, dense, k)
+
+    def search_many(self, queries: Sequence[tuple[str, np.ndarray]], k: int = 3, *,
+                    scope: str | None = None, candidates: int = 50) -> list[list[Hit]]:
+        """:meth:`search` for each ``(query, query_embedding)``: the same hits, from one BM25
+        pass, one HNSW query and one fusion in arrays per block of queries (``fusion="rrf"``;
+        the other fusions search one query at a time)."""
+        k = positive_int("k", k)
+        candidates = max(positive_int("candidates", candidates), k)
+        eligible = self._scopes.get(scope, 0)
+        if self._fusion != "rrf" or eligible == 0 or not queries:
+            return [self.search(q, v, k, scope=scope, candidates=candidates) for q, v in queries]
+        texts = [q for q, _ in queries]
+        if not all(isinstance(q, str) for q in texts):
+            raise TypeError("search_many: every query must be str")
+        rows = [unit_rows(v, self._dim, "query_embedding") for _, v in queries]  # one by one,
+        if any(len(r) != 1 for r in rows):  # as search() normalizes: the same floats
+            raise ValueError("search_many: every query_embedding must be one vector")
+        vectors = np.concatenate(rows)
+        out: list[list[Hit]] = []
+        n = min(candidates, eligible)
+        for start in range(0, len(texts), _BLOCK):
+            bm25, _ = self._bm25.top_many(texts[start:start + _BLOCK], scope, candidates)
+            ids = self._bm25.ids  # corpus rows: the entries in insertion order
+            labels = np.array([self._entries[cid].label for cid in ids], dtype=np.int64)
+            row_of_label = np.full(self._next_label, -1, dtype=np.int64)
+            row_of_label[labels] = np.arange(len(ids))
+            dense = row_of_label[self._nearest(vectors[start:start + _BLOCK], scope, n)[0]]
+            fused = rrf_many(bm25, dense, labels, weights=self._weights, rrf_k=self._rrf_k,
+                             big=len(self._entries) + 1, limit=k)
+            out += [[Hit(ids[r], score, b, d) for r, score, b, d in hits] for hits in fused]
+        return out
+
+    def _fuse(self, bm25: list[tuple[str, float]], dense: list[tuple[str, float]], k: int) -> list[Hit]:
         return fuse(bm25, dense, fusion=self._fusion, weights=self._weights, rrf_k=self._rrf_k,
                     label=lambda cid: self._entries[cid].label, big=len(self._entries) + 1, limit=k)
 
-    def _vector_ranking(
-        self, vector: np.ndarray, scope: str | None, n: int
-    ) -> list[tuple[str, float]]:
+    def _nearest(self, vectors: np.ndarray, scope: str | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """HNSW labels and cosines of the ``n`` nearest chunks of ``scope`` to each row, ``[rows,
+        n]``, by one query (each row's walk is its own). hnswlib raises when a filtered walk finds
+        fewer than ``n``: then a batch asks row by row, and such a row is scanned exactly."""
         def in_scope(label: int) -> bool:
             return self._by_label[label].chunk.scope == scope
 
         self._hnsw.set_ef(max(64, 2 * n))
         try:
             labels, distances = self._hnsw.knn_query(
-                vector, k=n, filter=None if len(self._scopes) == 1 else in_scope
-            )
+                vectors, k=n, num_threads=1, filter=None if len(self._scopes) == 1 else in_scope)
         except RuntimeError:
-            # hnswlib raises when a filtered walk finds fewer than n items; scan exactly instead.
-            return self._exact_ranking(vector[0], scope, n)
-        return [
-            (self._by_label[int(lb)].chunk.id, 1.0 - float(d))
-            for lb, d in zip(labels[0], distances[0], strict=True)
-        ]
+            if len(vectors) > 1:
+                rows = [self._nearest(v[None], scope, n) for v in vectors]
+                return np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
+            entries = [e for e in self._entries.values() if e.chunk.scope == scope]
+            sims = np.stack([e.vector for e in entries]) @ vectors[0]
+            top = np.lexsort((np.arange(len(entries)), -sims))[:n]
+            return (np.array([[entries[i].label for i in top]], dtype=np.int64),
+                    sims[top][None].astype(np.float64))
+        return np.asarray(labels, dtype=np.int64), 1.0 - np.asarray(distances, dtype=np.float64)
 
-    def _exact_ranking(
-        self, vector: np.ndarray, scope: str | None, n: int
-    ) -> list[tuple[str, float]]:
-        entries = [e for e in self._entries.values() if e.chunk.scope == scope]
-        sims = np.stack([e.vector for e in entries]) @ vector
-        top = np.lexsort((np.arange(len(entries)), -sims))[:n]
-        return [(entries[i].chunk.id, float(sims[i])) for i in top]
+    def _vector_ranking(self, vector: np.ndarray, scope: str | None, n: int) -> list[tuple[str, float]]:
+        labels, sims = self._nearest(vector, scope, n)
+        return [(self._by_label[int(lb)].chunk.id, float(sim)) for lb, sim in zip(labels[0], sims[0], strict=True)]
 
     def save(self, directory: Path | str) -> None:
         """Write the index to ``directory`` (created 0700 if missing); atomic as a whole

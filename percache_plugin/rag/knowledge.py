@@ -18,7 +18,7 @@ import os
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -264,6 +264,14 @@ class KnowledgeBank:
             emb = query_embedding if query_embedding is not None else self.embedder.embed([query])[0]
             return [self._index.chunk(h.chunk_id)
                     for h in self._index.search(query, emb, k, scope=scope)]
+
+    def retrieve_many(self, queries: Sequence[tuple[str, np.ndarray]], k: int = 3, *,
+                      scope: str | None = None) -> list[list[Chunk]]:
+        """:meth:`retrieve` of each ``(query, query_embedding)``, scored together, one sync."""
+        with self._lock:
+            self._sync()
+            return [[self._index.chunk(h.chunk_id) for h in hits]
+                    for hits in self._index.search_many(queries, k, scope=scope)]
 
     def chunk(self, chunk_id: str) -> Chunk:
         with self._lock:

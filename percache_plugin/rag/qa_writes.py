@@ -16,6 +16,7 @@ import numpy as np
 from percache_plugin.rag.embeddings import Embedder
 from percache_plugin.rag.qa_length import AnswerTokens
 from percache_plugin.rag.qa_memory import QAMemory
+from percache_plugin.rag.qa_recheck import RetrieveMany, moved, one_by_one
 from percache_plugin.rag.qa_rows import ENTRY_OVERHEAD, QARows, RowInfo
 from percache_plugin.rag.qa_types import (
     DEFAULT_BYTE_LIMIT,
@@ -278,8 +279,10 @@ class QABankBase:
     def mark_stale_for(
         self,
         new_chunk_ids: Iterable[str],
-        retrieve: Callable[[str, str | None, np.ndarray | None], Sequence[str] | None],
+        retrieve: Callable[[str, str | None, np.ndarray | None], Sequence[str] | None] | None = None,
         cannot_tell: Callable[[str, str | None], bool] | None = None,
+        *,
+        retrieve_many: RetrieveMany | None = None,
     ) -> list[int]:
         """Mark stale every fresh entry whose question now retrieves other chunks than those it
         was answered from: one of the new chunks, or an old chunk that the documents added or
@@ -289,26 +292,21 @@ class QABankBase:
         ``retrieve(question, scope, vector)`` must return the chunk ids of the question's top-k
         as the knowledge bank retrieves them now (new chunks included), or None for an entry
         the change cannot affect (another scope); ``vector`` is the question's stored embedding
-        (None when unreadable), so questions need not be embedded again. It is called once per
-        fresh entry, outside the bank's lock. ``cannot_tell(model, scope)``: True for an entry
-        whose retrieval ``retrieve`` does not reproduce (answered under other retrieval
-        settings, ``model``); it is marked stale without retrieval. Returns the ids marked stale.
+        (None when unreadable), so questions need not be embedded again. ``retrieve_many``
+        instead takes every fresh entry's ``(question, scope, vector)`` at once and returns
+        their retrievals in order (:mod:`.qa_recheck`); either is called outside the bank's
+        lock. ``cannot_tell(model, scope)``: True for an entry whose retrieval it does not
+        reproduce (answered under other retrieval settings, ``model``); it is marked stale
+        without retrieval. Returns the ids marked stale.
         """
         new = set(check_ids(new_chunk_ids, "new_chunk_ids"))
+        if (retrieve is None) == (retrieve_many is None):
+            raise TypeError("mark_stale_for needs one of retrieve and retrieve_many")
         with self._lock:
             self._sync()
             fresh = self._rows.fresh()
-        dim = self._rows.dim
-        hit = []
-        for entry_id, q, scope, model, blob, sources in fresh:
-            if cannot_tell is not None and cannot_tell(model, scope):
-                hit.append(entry_id)
-                continue
-            vector = np.frombuffer(blob, dtype=np.float32) if isinstance(blob, bytes) else None
-            now = retrieve(q, scope, vector if vector is not None and vector.size == dim else None)
-            if now is not None and (new.intersection(now) or set(now) != set(sources)):
-                hit.append(entry_id)
-        return self.mark_stale(hit)
+        batch = retrieve_many if retrieve_many is not None else one_by_one(retrieve)  # type: ignore[arg-type]
+        return self.mark_stale(moved(fresh, new, self._rows.dim, batch, cannot_tell))
 
     def mark_stale(self, entry_ids: Iterable[int]) -> list[int]:
         """Mark entries stale (not served until corrected or regenerated), e.g. when a user's

@@ -20,6 +20,7 @@ __all__ = ["BM25Ranker", "Fusion", "Hit", "fuse", "tokenize"]
 Fusion = Literal["rrf", "bm25", "vector"]
 _WORD = re.compile(r"\w+")
 _TERM_CACHE_FLOATS = 1 << 22  # 32 MiB of cached token scores at most
+_BATCH_FLOATS = 1 << 21  # scores of a batch of queries held at once: 16 MiB
 
 
 def tokenize(text: str) -> list[str]:
@@ -73,6 +74,52 @@ class BM25Ranker:
         idx = np.flatnonzero(keep)
         idx = idx[np.lexsort((idx, -scores[idx]))][:n]  # score desc, then insertion order
         return [(self._ids[i], float(scores[i])) for i in idx]
+
+    @property
+    def ids(self) -> list[str]:
+        """The chunk id of each corpus row (:meth:`top_many`'s rows), as last rebuilt."""
+        return self._ids
+
+    def rank_many(self, queries: Sequence[str], scope: str | None, n: int) -> list[list[tuple[str, float]]]:
+        """:meth:`rank` of each query (:meth:`top_many`)."""
+        rows, scores = self.top_many(queries, scope, n)
+        return [[(self._ids[r], float(s)) for r, s in zip(row, srow, strict=True) if r >= 0]
+                for row, srow in zip(rows, scores, strict=True)]
+
+    def top_many(self, queries: Sequence[str], scope: str | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`rank` of each query, scored together, as arrays: the corpus rows (:attr:`ids`)
+        ranked, ``[len(queries), n]``, -1 past the chunks sharing a token, and their scores.
+        Each distinct token's term is gathered once, over the chunks of ``scope`` only, and each
+        query's scores are summed in its own token order: the same floats, order and ties."""
+        tokens = [tokenize(q) for q in queries]
+        if self._stale:
+            self._rebuild()
+        cols = np.flatnonzero(self._scopes == scope)  # elementwise, None included
+        rows = np.full((len(tokens), n), -1, dtype=np.int64)
+        top_scores = np.zeros((len(tokens), n))
+        if self._bm25 is None or not len(cols):
+            return rows, top_scores
+        vocab = {t: i for i, t in enumerate(dict.fromkeys(t for ts in tokens for t in ts), 1)}
+        terms = np.zeros((len(vocab) + 1, len(cols)))  # row 0: no token (adding 0.0 is exact)
+        for token, row in vocab.items():
+            terms[row] = self._term(token)[cols]
+        width = max(map(len, tokens), default=0)
+        step = max(1, _BATCH_FLOATS // len(cols))
+        for start in range(0, len(tokens), step):
+            block = tokens[start:start + step]
+            index = np.zeros((len(block), width), dtype=np.int64)
+            for i, ts in enumerate(block):
+                index[i, :len(ts)] = [vocab[t] for t in ts]
+            scores = np.zeros((len(block), len(cols)))
+            for j in range(width):
+                scores += terms[index[:, j]]
+            # score desc, then insertion order (stable); a chunk scoring 0 shares no token
+            order = np.argsort(-scores, axis=1, kind="stable")[:, :n]
+            best = np.take_along_axis(scores, order, axis=1)
+            width_n = order.shape[1]
+            rows[start:start + len(block), :width_n] = np.where(best > 0, cols[order], -1)
+            top_scores[start:start + len(block), :width_n] = np.where(best > 0, best, 0.0)
+        return rows, top_scores
 
     def _rebuild(self) -> None:
         corpus = list(self._corpus())

@@ -1,11 +1,13 @@
 """BM25 scores from cached per-token terms are rank_bm25's own, so re-checking stored answers
 after a document is added or removed marks stale exactly the answers it marked when every
-retrieval scored with ``BM25Okapi.get_scores`` (randomized cases, small vocabularies so that
-scores tie and top-k move)."""
+retrieval scored with ``BM25Okapi.get_scores``; and the batched re-check (every question of a
+scope retrieved at once: ``KnowledgeBank.retrieve_many``) marks the same answers as one
+retrieval per answer (randomized cases, small vocabularies so that scores tie and top-k move)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from percache_plugin.rag.embeddings import HashEmbedder
 from percache_plugin.rag.index import HybridIndex
 from percache_plugin.rag.knowledge import KnowledgeBank
 from percache_plugin.rag.qa_bank import QABank
+from percache_plugin.rag.qa_recheck import Recheck
 from percache_plugin.rag.ranking import BM25Ranker, fuse, tokenize
 
 SCOPES = [None, "a", "b"]
@@ -95,13 +98,13 @@ def test_stale_set_after_a_change_is_the_per_question_get_scores_one(seed: int) 
     docs = [{"text": _words(rng, vocab, rng.randint(8, 30)), "id": f"d{i}"} for i in range(10)]
     for doc in docs:
         kb.add_documents([doc], scope=rng.choice(SCOPES))
-    banks = [QABank(None, embedder, byte_limit=None) for _ in range(2)]
+    banks = [QABank(None, embedder, byte_limit=None) for _ in range(3)]
     for _ in range(60):  # both banks hold the same answers, sources their retrieval now
         q, scope = _words(rng, vocab, rng.randint(2, 6)) + "?", rng.choice(SCOPES)
         sources = [c.id for c in kb.retrieve(q, k, scope=scope)]
         for bank in banks:
             bank.add(q, "an answer", scope=scope, sources=sources)
-    marked_any = False
+    marked_any, batches = False, []
     for step in range(4):
         if step % 2:
             kb.remove_document(f"d{rng.randrange(10)}", None)
@@ -118,8 +121,21 @@ def test_stale_set_after_a_change_is_the_per_question_get_scores_one(seed: int) 
         def before(q: str, scope: str | None, vector: np.ndarray | None) -> list[str]:
             return _reference_retrieve(kb, embedder, q, k, scope)
 
+        def batched(items: Sequence[Recheck]) -> list[list[str] | None]:  # one batch per scope
+            out: list[list[str] | None] = [None] * len(items)
+            for scope in SCOPES:
+                mine = [i for i, (_, s, _) in enumerate(items) if s == scope]
+                asked = [(items[i][0], embedder.embed([items[i][0]])[0] if items[i][2] is None
+                          else items[i][2]) for i in mine]
+                batches.append(len(asked))
+                for i, chunks in zip(mine, kb.retrieve_many(asked, k, scope=scope), strict=True):
+                    out[i] = [c.id for c in chunks]
+            return out
+
         marked = banks[0].mark_stale_for(new, now)
         assert marked == banks[1].mark_stale_for(new, before)
+        assert marked == banks[2].mark_stale_for(new, retrieve_many=batched)
         marked_any = marked_any or bool(marked)
     assert marked_any  # the premise: some answers' top-k moved
+    assert max(batches) > 1  # the premise: questions were retrieved together
     kb.close()
