@@ -115,9 +115,13 @@ def run_ids(pc: Any, ids: Sequence[int], scope: str | None, sampling: Sampling, 
         kwargs["prediction"] = prediction
     if scope is None:  # pc.complete's path: the percache_plain_prompt hook cuts the prompt
         gen = pc.engine.complete(list(ids), **kwargs)
-    else:  # blocks of this scope only (no plugin may match another scope's prompts)
-        gen = pc.engine.generate(block_prompt(ids, pc.config.prefix_block_tokens, key_root(pc, scope)),
-                                 **kwargs)
+    else:  # blocks of this scope only (no plugin may match another scope's prompts), keyed by
+        # the fingerprint read in the lock hold that generates: weights another thread changes
+        # in between would leave them keyed by weights that did not compute them (misses)
+        engine = pc.engine
+        with engine.preemption.foreground(engine.lock):
+            prompt = block_prompt(ids, pc.config.prefix_block_tokens, key_root(pc, scope))
+            gen = engine.generate(prompt, **kwargs)
     text = stream.close()
     st = gen.stats
     return Outcome(text, _finish(gen, stream, max_new, _eos(pc.model)), len(ids), len(gen.token_ids),

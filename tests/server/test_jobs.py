@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Generator
+from typing import Any
 
 import percache_plugin as percache
-from percache_plugin.server.jobs import _snippets
+from percache_plugin.server.jobs import _snippets, run_ids
+from percache_plugin.server.requests import Sampling
+from percache_plugin.server.stream import TextStream
 from tests.helpers import tiny_pair
 from tests.plugins.test_banks import ListKnowledge
 
@@ -49,3 +54,66 @@ def test_sources_are_resolved_in_one_hook_call() -> None:
     assert _snippets(pc, [ids[0], "nowhere"]) == (texts[0], "")
     assert calls == [[ids[0], "nowhere"], [ids[0]], ["nowhere"]]
     pc.close()
+
+
+class _CountedLock:
+    """An RLock that numbers its holds (outermost acquisitions), to tell whether two reads
+    happened under one hold of the model's lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self.holds = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        ok = self._lock.acquire(blocking, timeout)
+        if ok:
+            self._depth += 1
+            self.holds += self._depth == 1
+        return ok
+
+    def release(self) -> None:
+        self._depth -= 1
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class _Reads:
+    """The engine's fingerprint tracker, noting the lock hold of every read."""
+
+    def __init__(self, tracker: Any, lock: _CountedLock) -> None:
+        self.tracker, self.lock = tracker, lock
+        self.holds: list[int] = []
+
+    def current(self) -> str:
+        self.holds.append(self.lock.holds)
+        return str(self.tracker.current())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tracker, name)
+
+
+def test_a_scoped_request_keys_its_blocks_under_the_lock_it_generates_under() -> None:
+    """The scope's key root chains the fingerprint of the weights in use: it is read in the
+    same hold of the model's lock as the generation, so weights changed by another thread in
+    between cannot key the blocks by other weights than those that computed them (the read was
+    a hold of its own before)."""
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, embedder="hash", predict="off")
+    try:
+        lock = _CountedLock()
+        pc.engine.lock = lock
+        reads = _Reads(pc.engine.tracker, lock)
+        pc.engine.tracker = reads
+        ids = list(tok("Notes: the budget review is on Monday. " * 4, add_special_tokens=True)["input_ids"])
+        out = run_ids(pc, ids, "alice", Sampling(temperature=0), 3, TextStream(tok, len(ids)),
+                      time.perf_counter(), 0.0)
+        assert out.completion_tokens == 3 and len(reads.holds) >= 2
+        assert len(set(reads.holds)) == 1, f"fingerprint read in lock holds {reads.holds}"
+    finally:
+        pc.close()
