@@ -32,10 +32,12 @@ class RamTierKV:
     def _tier(self, ctx: EngineContext) -> KVRamTier:
         budget, policy = ctx.config.ram_cache_bytes, ctx.config.ram_cache_policy
         t = self.tier
-        if t is None or t.store is not ctx.store or t.cache.capacity != budget or t.policy_name != policy:
+        if t is None or t.cache.capacity != budget or t.policy_name != policy:
             if t is not None:
                 t.close()
             t = self.tier = KVRamTier(ctx.store, budget, policy, policies=ctx.buffer_policies)
+        elif t.store is not ctx.store:  # other weights in use: keep what the tier holds
+            t.bind(ctx.store)
         return t
 
     @hookimpl(tryfirst=True)

@@ -9,9 +9,8 @@ Callers must not mutate what :meth:`KVRamTier.get` returns.
 It never serves stale data. Every entry remembers the version of the store row it was loaded
 from (creation time, token hash, size) and every hit compares it with the row now in the store
 (one indexed SQLite lookup, which also sees rewrites by other processes sharing the store); a
-row that is gone or differs drops the RAM copy and the store is read. The store also calls
-:meth:`KVRamTier.invalidate` on every put and removal (``KVStore.add_listener``), which frees
-the memory at once.
+row that is gone or differs drops the RAM copy and the store is read. The store also tells the
+tier of every put and removal (``KVStore.add_listener``), which frees the memory at once.
 
 A hit still counts for the store's own eviction (a node read from RAM all the time is hot, not
 cold): it is passed to :meth:`~percache_plugin.kv.store.KVStore.record_hit`, which buffers the
@@ -22,7 +21,7 @@ What :meth:`KVRamTier.get` returns says where it came from (``ChunkKV.origin``: 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..kv.integrity import hash_token_ids
@@ -50,17 +49,36 @@ class KVRamTier:
     Access classes: a root node (no parent: the system/persona prefix) is declared ``hot``;
     other nodes are classified online by the policy (a name in ``policies``, by default the
     built-ins). ``tracer`` records every read.
+
+    :meth:`bind` moves the tier to another fingerprint's store (the weights in use changed: a
+    LoRA adapter switched, a weight edited) and keeps what it holds, so that turns alternating
+    between adapters are served from RAM: entries are keyed by fingerprint and node key, and
+    checked against their own store's row as always.
     """
 
     def __init__(self, store: KVStore, capacity: int, policy: str | Policy = "llm", *,
                  tracer: Tracer | None = None, policies: Mapping[str, PolicyFactory] | None = None) -> None:
-        self.store = store
         self.cache: BufferCache[_Entry] = BufferCache(capacity, policy, policies)
         self.policy_name = policy if isinstance(policy, str) else policy.name
         self.tracer = tracer
         self.stale = 0
-        self._pending: list[tuple[str, ChunkKV, tuple[float, str, int], str]] = []
-        store.add_listener(self.invalidate)
+        self._pending: list[tuple[KVStore, str, ChunkKV, tuple[float, str, int], str]] = []
+        self._listeners: dict[int, tuple[KVStore, Callable[[str], None]]] = {}
+        self.store = store
+        self.bind(store)
+
+    def bind(self, store: KVStore) -> None:
+        """Read from ``store`` from now on; what the tier holds for other stores stays (under
+        the budget) and listens to their removals."""
+        self.store = store
+        if id(store) not in self._listeners:
+            fp = store.fingerprint
+
+            def forget(key: str) -> None:
+                self.cache.invalidate((fp, key))
+
+            store.add_listener(forget)
+            self._listeners[id(store)] = (store, forget)
 
     @property
     def stats(self) -> CacheStats:
@@ -78,7 +96,7 @@ class KVRamTier:
             self.invalidate(key)
             return None
         cls = "hot" if info.parent is None else ""
-        ck: Hashable = key
+        ck: Hashable = (self.store.fingerprint, key)
         held = self.cache.peek(ck)
         if held is not None:
             if held.version == _version(info) and info.token_hash == hash_token_ids(token_ids):
@@ -94,17 +112,18 @@ class KVRamTier:
             return None
         if kv.pending is not None:
             if kv.nbytes <= self.cache.capacity:  # a larger chunk could never be kept
-                self._pending.append((key, kv, _version(info), cls))
+                self._pending.append((self.store, key, kv, _version(info), cls))
             else:
                 self._left_out(kv)
         else:
-            self._offer(key, kv, _version(info), cls)
+            self._offer(self.store, key, kv, _version(info), cls)
         return replace(kv, origin="store")
 
-    def _offer(self, key: str, kv: ChunkKV, version: tuple[float, str, int], cls: str) -> None:
-        after = self.store.info(key)  # the row we read may have been replaced meanwhile
+    def _offer(self, store: KVStore, key: str, kv: ChunkKV, version: tuple[float, str, int], cls: str) -> None:
+        after = store.info(key)  # the row we read may have been replaced meanwhile
         if after is not None and _version(after) == version:
-            self.cache.offer(key, _Entry(replace(kv, origin="ram", pending=None), version), kv.nbytes, cls)
+            self.cache.offer((store.fingerprint, key), _Entry(replace(kv, origin="ram", pending=None), version),
+                             kv.nbytes, cls)
 
     def _left_out(self, kv: ChunkKV) -> None:
         """Count a chunk read from the store that the cache will not be offered."""
@@ -117,11 +136,11 @@ class KVRamTier:
         failed ones (the store dropped them). ``final``: forget those still being read too."""
         waiting = []
         for item in self._pending:
-            gate = item[1].pending
+            gate = item[2].pending
             assert gate is not None
             if not gate.finished:
                 if final:
-                    self._left_out(item[1])
+                    self._left_out(item[2])
                 else:
                     waiting.append(item)
             elif gate.ok:
@@ -139,14 +158,21 @@ class KVRamTier:
         """Start reading from the store the nodes this tier does not hold (``KVStore.prefetch``);
         a held node whose row changed is read by :meth:`get` without a prefetch."""
         self._settle()
-        return self.store.prefetch([k for k in keys if self.cache.peek(k) is None])
+        fp = self.store.fingerprint
+        return self.store.prefetch([k for k in keys if self.cache.peek((fp, k)) is None])
+
+    def holds(self, key: str) -> bool:
+        """Whether the tier holds a copy of the bound store's ``key`` (checked at the next read)."""
+        return (self.store.fingerprint, key) in self.cache
 
     def invalidate(self, key: str) -> None:
-        """Drop the RAM copy of ``key`` (the store wrote or removed it)."""
-        self.cache.invalidate(key)
+        """Drop the RAM copy of the bound store's ``key``."""
+        self.cache.invalidate((self.store.fingerprint, key))
 
     def close(self) -> None:
-        self.store.remove_listener(self.invalidate)
+        for store, forget in self._listeners.values():
+            store.remove_listener(forget)
+        self._listeners.clear()
         self.cache.clear()
         self._pending.clear()
 
