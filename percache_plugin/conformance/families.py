@@ -2,7 +2,8 @@
 
 :func:`registered_families` lists the ``model_type`` keys of
 ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``; :func:`build_family` builds a tiny random model of one
-of them from its default config shrunk to toy size (2 layers, hidden 64, vocab 320), or raises
+of them from its default config shrunk to toy size (2 layers, hidden 64, vocab 320; what a
+family needs beyond the generic rules is data in :mod:`.overrides`), or raises
 :class:`Unbuildable` with the reason it cannot (multimodal-only, remote code, a config that
 refuses toy sizes, a model that does not run a plain text forward). Each family runs in its own
 subprocess with a time bound (:mod:`.matrix` drives that), so one family that hangs or crashes
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .overrides import FAMILY_SKIPS, apply_overrides
 from .tiny import TINY_VOCAB
 
 __all__ = ["MAX_PARAMS", "TINY_SIZES", "Unbuildable", "build_family", "registered_families",
@@ -87,17 +89,61 @@ def _sizes_for(config: Any) -> dict[str, Any]:
         sizes.pop("head_dim")
     if "kv_lora_rank" in sizes:  # MLA: every head has its own keys (one latent per token)
         sizes["num_key_value_heads"] = sizes["num_attention_heads"]
+        if "head_dim" in sizes and "qk_rope_head_dim" in sizes:  # head_dim sizes the RoPE part
+            sizes["head_dim"] = sizes["qk_rope_head_dim"]
     attention_types: Any = getattr(config, "attention_types", None)
     if _repeats(attention_types):  # GPT-Neo: [[kinds, repeats]] must add up to the layer count
         kinds = list(attention_types[0][0])
         sizes["attention_types"] = [[kinds, 1]]
         sizes["num_hidden_layers"] = len(kinds)
     layer_types = getattr(config, "layer_types", None)
-    if isinstance(layer_types, list) and layer_types:
+    if isinstance(layer_types, list) and layer_types and _settable(config, "layer_types"):
         kinds = list(dict.fromkeys(layer_types))  # keep one layer of each kind, in order
         sizes["num_hidden_layers"] = max(2, len(kinds))
-        sizes["layer_types"] = (kinds * 2)[: sizes["num_hidden_layers"]]
+        # set the real field, not its alias: Zamba2 derives hybrid_layer_ids from it at init
+        sizes[_field(config, "layer_types")] = (kinds * 2)[: sizes["num_hidden_layers"]]
+    sparse = config.to_dict().get("per_layer_config")
+    if isinstance(sparse, Mapping) and sparse:
+        sizes["per_layer_config"] = _per_layer(config, sparse, sizes)
     return sizes
+
+
+def _per_layer(config: Any, sparse: Mapping[Any, Mapping[str, Any]],
+               sizes: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """A sparse ``per_layer_config`` (keyed by the default's layer indices: Gemma 4's wider
+    full-attention heads, dots3's MLA layers) moved onto the shrunk layers: each shrunk layer
+    takes the overrides of the first default layer of its type, each size scaled by the same
+    ratio to the global value as in the default (Gemma 4: head_dim 512 of 256 -> 32 of 16)."""
+    by_index = {int(k): dict(v) for k, v in sparse.items()}
+    defaults: list[Any] = list(getattr(config, "layer_types", None) or [])
+    shrunk = list(sizes.get(_field(config, "layer_types")) or defaults[: sizes["num_hidden_layers"]])
+    full = config.to_dict()
+    out: dict[int, dict[str, Any]] = {}
+    for i, kind in enumerate(shrunk):
+        source = next((j for j, k in enumerate(defaults) if k == kind), i) if defaults else i
+        overrides = by_index.get(source)
+        if overrides:
+            out[i] = {k: _scaled(v, full.get(k), sizes.get(k)) for k, v in overrides.items()}
+    return out
+
+
+def _scaled(value: Any, default: Any, tiny: Any) -> Any:
+    if all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+           for x in (value, default, tiny)):
+        return max(1, tiny * value // default)
+    return value
+
+
+def _field(config: Any, name: str) -> str:
+    """The field ``name`` stands for through the config's attribute map."""
+    return str((getattr(config, "attribute_map", {}) or {}).get(name, name))
+
+
+def _settable(config: Any, name: str) -> bool:
+    """Whether ``name`` (through the config's attribute map) is a field, not a derived
+    read-only property (Bamba, Falcon-H1 and Mamba-2 derive their layer types)."""
+    prop = getattr(type(config), _field(config, name), None)
+    return not (isinstance(prop, property) and prop.fset is None)
 
 
 def _repeats(value: Any) -> bool:
@@ -113,6 +159,8 @@ def tiny_config(model_type: str) -> Any:
     """
     from transformers import AutoConfig
 
+    if model_type in FAMILY_SKIPS:
+        raise Unbuildable(FAMILY_SKIPS[model_type])
     try:
         default = AutoConfig.for_model(model_type)
     except Exception as exc:  # some configs need arguments or remote code
@@ -123,6 +171,7 @@ def tiny_config(model_type: str) -> Any:
         sub = getattr(default, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
             kwargs[name] = {**sub.to_dict(), **_sizes_for(sub)}
+    kwargs = apply_overrides(model_type, kwargs)
     try:
         return AutoConfig.for_model(model_type, **kwargs)
     except Exception as exc:

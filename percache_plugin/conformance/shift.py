@@ -80,7 +80,8 @@ def check_rope_shift(subject: Subject) -> Outcome:
     tol = ROPE_TOL if subject.dtype in (torch.float32, torch.float64) else HALF_ROPE_TOL
     worst = max(per_layer)
     layer = per_layer.index(worst)
-    rope_layers = [i for i, r in enumerate(shifter.layer_rope) if r != NO_ROPE]
+    # the cache may hold fewer layers than the model: KV-sharing layers (Gemma 3n) store none
+    rope_layers = [i for i, r in enumerate(shifter.layer_rope[: len(at_p)]) if r != NO_ROPE]
     least_moved = min(unshifted[i] for i in rope_layers)
     figure = f"max rel err {worst:.2g} (layer {layer}, d={','.join(map(str, deltas))})"
     details = {"per_layer": per_layer, "unshifted": unshifted, "tolerance": tol,
