@@ -24,6 +24,7 @@ second run finds the same facts as duplicates (greedy decoding repeats its outpu
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,7 +56,9 @@ class ExtractionStats:
     duplicates found, older facts superseded, malformed output lines dropped, facts dropped as
     ungrounded (:mod:`.grounding`: mostly absent from their source turns), tasks whose
     payload was unreadable, raw turns stored, facts dropped as longer than a fact may be
-    (:mod:`.limits`, ``Config.memory_fact_tokens``), and seconds spent (for facts per minute)."""
+    (:mod:`.limits`, ``Config.memory_fact_tokens``), tasks whose facts the database refused to
+    store (``write_errors``: nothing of the task stored, it stays queued and the error is raised;
+    also counted in ``pc.stats().store_errors``), and seconds spent (for facts per minute)."""
 
     turns: int = 0
     model_calls: int = 0
@@ -67,6 +70,7 @@ class ExtractionStats:
     bad_tasks: int = 0
     raw_items: int = 0
     too_long: int = 0
+    write_errors: int = 0
     seconds: float = 0.0
 
 
@@ -160,7 +164,12 @@ def run_extraction(c: IdleContext, task: IdleTask, report: IdleReport, bank: Mem
     limit = fact_token_limit(c.ctx.config, c.context)
     fitting = [item for item in items if fact_tokens(c.tokenizer, item[0]) <= limit]
     stats.too_long += len(items) - len(fitting)
-    results = bank.add_many(fitting)
+    try:
+        results = bank.add_many(fitting)
+    except sqlite3.Error:  # nothing stored (one transaction): the task stays queued, runs again
+        stats.write_errors += 1
+        c.totals.store_errors += 1  # a failed store write, as a request's reaches pc.stats()
+        raise
     if not c.ctx.idle_queue.queued(task):  # deleted while they were stored: they go with it
         _take_back(bank, results, {source for _, _, meta in fitting for source in sources(meta)})
         return

@@ -120,3 +120,25 @@ def test_bad_scopes_and_ids_are_named_and_a_bad_queued_task_does_not_block_idle(
         assert pc.memory.scopes() == []
     finally:
         pc.close()
+
+
+def test_a_failed_idle_extraction_write_is_counted_and_the_turn_kept_queued(tmp_path: Path) -> None:
+    pc = percache.enable(*tiny_pair("llama"), store=tmp_path, embedder="hash", predict="off",
+                         memory_extraction="raw", prediction_quiet_s=0.0, draft_calibrate_idle=False)
+    try:
+        pc.chat("Ana drinks Quillberry tea.", memory_scope="me", max_new_tokens=2)
+        rows = pc.memory.bank._rows.db
+        rows.execute("PRAGMA query_only = ON")  # the memory's database refuses writes
+        with pytest.raises(sqlite3.OperationalError):
+            pc.idle()
+        assert pc.stats().store_errors == 1 and pc.memory.extraction.write_errors == 1
+        assert pc.memory.extraction.facts_added == 0
+        assert [t.kind for t in pc.idle_queue.pending()] == ["memory_extract"]  # runs again
+        rows.execute("PRAGMA query_only = OFF")
+        pc.idle()
+        (fact,) = pc.memory.list("me")
+        assert fact.text.startswith("User: Ana drinks Quillberry tea.")
+        assert pc.memory.extraction.facts_added == 1 and pc.stats().store_errors == 1
+    finally:
+        pc.memory.bank._rows.db.execute("PRAGMA query_only = OFF")
+        pc.close()
