@@ -1,6 +1,7 @@
 """``percache store remove DIR --session NAME``: delete a conversation from a store with no
 model, as ``pc.sessions.delete`` does in a handle, with the same functions: the session's rows
-and K/V slices under every fingerprint (a persona's too) and the slice files no row names, its
+and K/V slices under every fingerprint (a persona's too) and the slice files no row names, the
+prefix blocks it published (:mod:`..session.block_tags`), its
 turn log rows (each database checkpointed so no old WAL frame keeps the text), its turns queued
 for extraction, and the memory facts drawn from it alone, forgotten as ``percache memory
 forget`` does; the re-adds from it of facts stated elsewhere lose their history events."""
@@ -16,6 +17,7 @@ from ..memory.cli import forget_in_store, open_memory, session_fingerprints
 from ..memory.rows import FactRows
 from ..memory.session_facts import drawn_only_from, drop_queued_turns, drop_readded_from
 from ..rag.qa_bank import QABank
+from ..session.blocks import delete_keys
 from ..session.persist import SESSIONS_DB, SessionStore
 from ..session.sessions import UnknownSession
 from ..turnlog import TurnLog
@@ -46,6 +48,10 @@ def remove_session(root: Path, name: str) -> SessionRemoval:
             if store is None or not store.saved(name):
                 known = ", ".join(_names(store)) or "none"
                 raise UnknownSession(f"no session {name!r} in store {str(root)!r} (known: {known})")
+            with_kv = set(admin.fingerprints())
+            for fp, keys in store.session_blocks(name).items():  # the prefix blocks it published
+                if fp in with_kv:
+                    delete_keys(admin.kv_store(fp), keys)
             store.delete(name)
         finally:
             if store is not None:

@@ -8,7 +8,9 @@ fingerprint and every id before), so a block key names the same K/V whichever pa
   K/V is exact (before :attr:`Session.approx_from`) goes into the K/V store through the
   ``percache_store_chunk`` hook, like any computed piece (atomic files, fingerprint, byte limit,
   eviction). ``pc.complete`` on a prompt that starts with the conversation then reuses it, and
-  so does another session whose head and turns render to the same ids.
+  so does another session whose head and turns render to the same ids. Each block is tagged
+  with the session and the memory facts it holds first (:mod:`.block_tags`): deleting the
+  session or forgetting a fact finds it there.
 * :func:`extend_from_blocks`, before a turn is computed: when the session's cache lacks
   positions (a new session, a restore without a usable snapshot, after an eviction), the stored
   blocks that continue its exact prefix are loaded through ``percache_load_chunk`` and appended.
@@ -22,6 +24,9 @@ K/V exact does not load blocks another handle stored rounded: :mod:`..kv.rounded
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import torch
@@ -38,7 +43,12 @@ from .state import Session, cache_tokens
 if TYPE_CHECKING:
     from ..engine import Engine
 
-__all__ = ["publish_blocks", "extend_from_blocks", "exact_tokens", "drop_blocks"]
+__all__ = ["publish_blocks", "extend_from_blocks", "exact_tokens", "drop_blocks", "delete_keys", "Tagger"]
+
+log = logging.getLogger("percache")
+
+# Records (before they are stored) that a session publishes blocks: ``(key, fact ids held)``.
+Tagger = Callable[[Session, list[tuple[str, list[str]]]], None]
 
 
 def exact_tokens(session: Session) -> int:
@@ -58,8 +68,10 @@ def _blocks(engine: Engine, ids: list[int]) -> list[PromptPiece]:
     return [p for p in prompt.pieces if p.key is not None]
 
 
-def publish_blocks(engine: Engine, session: Session) -> int:
-    """Store the session's exact full blocks the store lacks; returns how many were stored."""
+def publish_blocks(engine: Engine, session: Session, stats: ChatStats, tag: Tagger | None = None) -> int:
+    """Store the session's exact full blocks the store lacks, each tagged first with ``tag``
+    (a tag that cannot be written publishes nothing: ``stats.store_errors``); returns how many
+    were stored."""
     if not engine.config.session_blocks or not engine.enabled:
         return 0
     pieces = _blocks(engine, session.ids[:exact_tokens(session)])
@@ -67,6 +79,14 @@ def publish_blocks(engine: Engine, session: Session) -> int:
     same = 0
     while same < min(len(known), len(pieces)) and known[same] == pieces[same].key:
         same += 1
+    if tag is not None and pieces[same:]:
+        recalls = _recalls(session)
+        try:
+            tag(session, [(str(p.key), sorted({f for at, f in recalls if at < p.end})) for p in pieces[same:]])
+        except (OSError, sqlite3.Error) as exc:
+            stats.store_errors += 1
+            log.warning("percache: session %r's prefix blocks are not published: %s", session.name, exc)
+            return 0
     stored = 0
     parent = pieces[same - 1].key if same else None
     for piece in pieces[same:]:
@@ -78,6 +98,26 @@ def publish_blocks(engine: Engine, session: Session) -> int:
         parent = piece.key
     session.published = [p.key for p in pieces if p.key is not None]
     return stored
+
+
+def _recalls(session: Session) -> list[tuple[int, str]]:
+    """``(position, fact id)`` of each memory fact the conversation holds: the memory region's
+    where they sit, those recalled as text into a turn at the turn's start."""
+    out = []
+    pos = len(session.head_ids) + len(session.memory_header)
+    for fact in session.memory:
+        out.append((pos, fact.fact_id))
+        pos += len(fact.ids)
+    pos = session.turns_start
+    for turn in session.turns:
+        out += [(pos, f) for f in turn.fact_ids]
+        pos += turn.n_tokens
+    return out
+
+
+def delete_keys(store: KVStore, keys: Iterable[str]) -> int:
+    """Delete these stored nodes with their descendants (:mod:`.block_tags`); returns how many went."""
+    return sum(store.delete(key) for key in keys if store.contains(key))
 
 
 def drop_blocks(store: KVStore, ids: list[int], start: int) -> int:

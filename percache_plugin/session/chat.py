@@ -10,7 +10,7 @@ from transformers import DynamicCache
 from ..decode import DraftHints, context_limit, context_note, run_generate
 from ..decode.sources import SESSION
 from ..segments import Prompt, PromptPiece, Segment
-from .blocks import extend_from_blocks, publish_blocks
+from .blocks import Tagger, extend_from_blocks, publish_blocks
 from .edits import session_editor
 from .evict import make_room
 from .layout import ChatLayout
@@ -31,11 +31,13 @@ class MessageTooLong(ValueError):
 
 
 class ChatRunner:
-    """Runs turns on sessions for one engine."""
+    """Runs turns on sessions for one engine; ``tag`` records the prefix blocks a turn
+    publishes before they are stored (:func:`.blocks.publish_blocks`)."""
 
-    def __init__(self, engine: Engine, layout: ChatLayout) -> None:
+    def __init__(self, engine: Engine, layout: ChatLayout, tag: Tagger | None = None) -> None:
         self.engine = engine
         self.layout = layout
+        self.tag = tag
         self.keep_mask = SessionKeepMask()
         engine.plugins.register(self.keep_mask, name=f"percache-session-mask-{id(self)}")
 
@@ -177,7 +179,7 @@ class ChatRunner:
         if session.keep is not None and session.keep.numel() < cache_tokens(cache):
             session.keep = _extend(session.keep, cache_tokens(cache))
         store_region(self.engine, session, stats)
-        stats.blocks_published = publish_blocks(self.engine, session)
+        stats.blocks_published = publish_blocks(self.engine, session, stats, self.tag)
         stats.turn_id = turn.turn_id
         stats.kv_tokens = cache_tokens(cache)
         stats.kv_bytes = cache_bytes(cache)

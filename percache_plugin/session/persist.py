@@ -17,10 +17,12 @@ import torch
 
 from ..filemodes import private_dir
 from ..sqlite_tx import checkpoint, connect, transaction
+from .block_tags import fact_blocks, session_blocks, tag_blocks, untag
 from .forget_rows import SessionCut, drop_fact_rows
 from .listing import StoredSession, stored_elsewhere
 from .load import load_session
 from .schema import (
+    BLOCKS_SCHEMA,
     BUMP,
     EXACT_SCHEMA,
     MEMORY_SCHEMA,
@@ -49,7 +51,8 @@ class SessionStore:
     def __init__(self, root: Path, fingerprint: str) -> None:
         self.fingerprint = fingerprint
         self.dir = private_dir(root / SESSIONS_DIR / fingerprint[:32])
-        self.db = connect(root / SESSIONS_DB, SCHEMA, EXACT_SCHEMA, VERSION_SCHEMA, MEMORY_SCHEMA)
+        self.db = connect(root / SESSIONS_DB, SCHEMA, EXACT_SCHEMA, VERSION_SCHEMA, MEMORY_SCHEMA,
+                          BLOCKS_SCHEMA)
         try:
             migrate(self.db)
         except BaseException:
@@ -135,12 +138,14 @@ class SessionStore:
 
     def delete(self, name: str) -> int:
         """Remove the session ``name`` under every fingerprint (a conversation continued after
-        an adapter switch is saved under the new weights' fingerprint too); the new version."""
+        an adapter switch is saved under the new weights' fingerprint too), with the tags of
+        the blocks it published (the caller deletes those blocks first, :meth:`session_blocks`);
+        the new version."""
         with self._lock, transaction(self.db):
             version = self._bump(name, 0)
             files = self.db.execute("SELECT fingerprint, file FROM chat_kv WHERE name = ?",
                                     (name,)).fetchall()
-            for table in ("chat_sessions", "chat_turns", "chat_kv", "chat_exact", "chat_memory"):
+            for table in ("chat_sessions", "chat_turns", "chat_kv", "chat_exact", "chat_memory", "chat_blocks"):
                 self.db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
         with self._lock:  # no old WAL frame keeps its turns (rows are zeroed by secure_delete)
             checkpoint(self.db)
@@ -150,6 +155,29 @@ class SessionStore:
         for path in self.dir.parent.glob(f"*/{slice_prefix(name)}-*.safetensors"):
             path.unlink(missing_ok=True)
         return version
+
+    # -- the prefix blocks sessions published (:mod:`.block_tags`) -------------------------
+    def tag_blocks(self, name: str, blocks: list[tuple[str, list[str]]]) -> None:
+        """Record that session ``name`` publishes ``blocks`` (``(key, fact ids held)``) under
+        this store's fingerprint; called before they are stored."""
+        with self._lock, transaction(self.db):
+            tag_blocks(self.db, self.fingerprint, name, blocks)
+
+    def session_blocks(self, name: str) -> dict[str, list[str]]:
+        """The blocks, by fingerprint, session ``name`` published and no other session did
+        (their tags go with :meth:`delete`)."""
+        with self._lock:
+            return session_blocks(self.db, name)
+
+    def fact_blocks(self, fact_id: str) -> dict[str, list[str]]:
+        """The blocks, by fingerprint, holding memory fact ``fact_id``."""
+        with self._lock:
+            return fact_blocks(self.db, fact_id)
+
+    def untag(self, blocks: dict[str, list[str]]) -> None:
+        """Forget the tags of blocks deleted from the K/V store."""
+        with self._lock, transaction(self.db):
+            untag(self.db, blocks)
 
     def saved(self, name: str) -> bool:
         """Whether session ``name`` is saved under any fingerprint."""

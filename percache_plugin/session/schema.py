@@ -12,7 +12,7 @@ import sqlite3
 from ..sqlite_tx import Schema, transaction
 
 __all__ = ["SESSIONS_DIR", "SESSIONS_DB", "SCHEMA", "EXACT_SCHEMA", "VERSION_SCHEMA", "MEMORY_SCHEMA",
-           "BUMP", "TURN_COLUMNS", "migrate"]
+           "BLOCKS_SCHEMA", "BUMP", "TURN_COLUMNS", "migrate"]
 
 SESSIONS_DIR = "sessions"
 SESSIONS_DB = "sessions.sqlite"
@@ -65,6 +65,16 @@ MEMORY_SCHEMA = Schema("sessions_memory", 1, """
 CREATE TABLE IF NOT EXISTS chat_memory (
     fingerprint TEXT NOT NULL, name TEXT NOT NULL, scope TEXT NOT NULL, header TEXT NOT NULL,
     facts TEXT NOT NULL, PRIMARY KEY (fingerprint, name));
+""")
+
+# The prefix blocks each session published to the K/V store (session/blocks.py), by key, with the
+# memory facts recalled before each block's end (JSON list): deleting the session, or forgetting
+# one of those facts, finds the blocks here, without reading the session's turn rows (a corrupt
+# row, an evicted turn). Written before the block is stored, so no published block lacks a row.
+BLOCKS_SCHEMA = Schema("sessions_blocks", 1, """
+CREATE TABLE IF NOT EXISTS chat_blocks (
+    fingerprint TEXT NOT NULL, name TEXT NOT NULL, key TEXT NOT NULL, facts TEXT NOT NULL,
+    PRIMARY KEY (fingerprint, name, key));
 """)
 
 

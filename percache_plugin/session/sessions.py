@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import sqlite3
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..personas.registry import Personas
 from ..personas.runtime import PersonaRuntime
 from ..turnlog import TurnLog
+from .blocks import delete_keys
 from .chat import ChatRunner
 from .evict import compact
 from .info import SessionInfo, UnknownSession, session_infos
@@ -46,7 +48,7 @@ class Sessions:
         self.memory = RegionMemory()  # recall per turn, set by attach_memory()
         self.deleted: list[Callable[[str], object]] = []  # called with a deleted session's name
         self._layout = ChatLayout(engine.tokenizer, use_template)
-        self._runner = ChatRunner(engine, self._layout)
+        self._runner = ChatRunner(engine, self._layout, self._tag_blocks)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.RLock()
         self._root = root = engine.store.path
@@ -177,6 +179,7 @@ class Sessions:
             empty(session, self._new(name, session.system))
             store = self._store
             if store is not None:
+                self._drop_blocks(store, name)
                 session.version = store.delete(name)
 
     def pin(self, name: str, turn_id: int, pinned: bool = True) -> None:
@@ -213,10 +216,21 @@ class Sessions:
         with held, self._locks.hold(name, self._engine.config.session_wait_s), self._lock:
             self._sessions.pop(name, None)
             if store is not None:
+                self._drop_blocks(store, name)
                 store.delete(name)
             self.log.delete_session(name)
         for listener in self.deleted:
             listener(name)
+
+    def _tag_blocks(self, session: Session, blocks: builtins.list[tuple[str, builtins.list[str]]]) -> None:
+        if self._root is not None:
+            self._store_of(session.fingerprint).tag_blocks(session.name, blocks)
+
+    def _drop_blocks(self, store: SessionStore, name: str) -> None:
+        """Delete the prefix blocks session ``name`` published and no other session did, under
+        every fingerprint (their tags go with the session's rows)."""
+        for fp, keys in store.session_blocks(name).items():
+            delete_keys(self._engine.stores.get(fp, self._engine.config), keys)
 
     def attach_memory(self, memory: Any) -> None:
         """Recall facts from ``memory`` (``pc.memory``) and take the facts it forgets out of sessions."""

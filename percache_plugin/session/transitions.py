@@ -17,13 +17,15 @@ log = logging.getLogger("percache")
 
 def branch(src: Session, name: str) -> Session:
     """A branch of ``src`` named ``name``: the same turns, and a cache over the same K/V tensors
-    until either side grows; its first save writes it whole."""
+    until either side grows; its first save writes it whole, and its first turn tags the
+    prefix blocks it holds as its own."""
     out = Session(
         name, src.system, list(src.head_ids), src.first_glue,
         [copy_turn(t) for t in src.turns], share_cache(src.cache), src.next_turn,
         src.evicted_turns, None if src.keep is None else src.keep.clone(),
         fingerprint=src.fingerprint, shifted_from=src.shifted_from, region_shifted_from=src.region_shifted_from)
-    out.approx_from, out.published = src.approx_from, list(src.published)
+    out.approx_from = src.approx_from  # its first turn publishes (tags) every block as its own:
+    out.published = []  # a block both hold goes with the last of them (block_tags.py)
     out.memory, out.memory_header, out.memory_scope = list(src.memory), list(src.memory_header), src.memory_scope
     out.rewrite = True
     return out

@@ -1,0 +1,67 @@
+"""Which session published which prefix block (``chat_blocks``, :data:`.schema.BLOCKS_SCHEMA`),
+so that deleting a session or forgetting a fact finds the blocks holding them from the tags
+alone: a block's key chains every id before it, so the session's turn rows (which may be
+corrupt, or gone with an evicted turn) are not needed to find it.
+
+A block two sessions published (the same system prompt and opening turns, a fork) holds the
+conversation of each: it goes with the last of them. A block holding a forgotten fact goes
+whoever published it. The callers delete the keys returned from the K/V store of their
+fingerprint, with every node computed after them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+__all__ = ["tag_blocks", "session_blocks", "fact_blocks", "untag"]
+
+
+def tag_blocks(db: sqlite3.Connection, fingerprint: str, name: str,
+               blocks: Sequence[tuple[str, Sequence[str]]]) -> None:
+    """Record that session ``name`` publishes ``blocks`` (``(key, fact ids held)``), keeping the
+    facts an earlier tag of the same key named (inside the caller's transaction)."""
+    for key, facts in blocks:
+        row = db.execute("SELECT facts FROM chat_blocks WHERE fingerprint = ? AND name = ? AND key = ?",
+                         (fingerprint, name, key)).fetchone()
+        held = sorted(set(facts) | set(_facts(row[0]) or [])) if row is not None else sorted(set(facts))
+        db.execute("INSERT OR REPLACE INTO chat_blocks VALUES (?, ?, ?, ?)",
+                   (fingerprint, name, key, json.dumps(held)))
+
+
+def session_blocks(db: sqlite3.Connection, name: str) -> dict[str, list[str]]:
+    """The keys, by fingerprint, of the blocks session ``name`` published that no other session did."""
+    rows = db.execute(
+        "SELECT fingerprint, key FROM chat_blocks AS b WHERE name = ? AND NOT EXISTS (SELECT 1 FROM "
+        "chat_blocks AS o WHERE o.fingerprint = b.fingerprint AND o.key = b.key AND o.name != b.name)",
+        (name,)).fetchall()
+    return _by_fingerprint(rows)
+
+
+def fact_blocks(db: sqlite3.Connection, fact_id: str) -> dict[str, list[str]]:
+    """The keys, by fingerprint, of the blocks holding memory fact ``fact_id`` (a tag whose
+    facts cannot be read counts as holding it)."""
+    rows = db.execute("SELECT fingerprint, key, facts FROM chat_blocks WHERE facts != '[]'").fetchall()
+    return _by_fingerprint(sorted({(fp, key) for fp, key, facts in rows if fact_id in (_facts(facts) or [fact_id])}))
+
+
+def untag(db: sqlite3.Connection, blocks: dict[str, list[str]]) -> None:
+    """Delete every tag of these blocks (deleted from the K/V store), whoever published them."""
+    db.executemany("DELETE FROM chat_blocks WHERE fingerprint = ? AND key = ?",
+                   [(fp, key) for fp, keys in blocks.items() for key in keys])
+
+
+def _facts(text: str) -> list[str] | None:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return [str(f) for f in value] if isinstance(value, list) else None
+
+
+def _by_fingerprint(rows: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for fp, key in rows:
+        out.setdefault(str(fp), []).append(str(key))
+    return out
