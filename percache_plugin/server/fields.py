@@ -75,7 +75,8 @@ FIELDS: tuple[FieldRule, ...] = (
     FieldRule("messages", _I, "rendered with the model's chat template", _C),
     FieldRule("prompt", _I, "a string, a one-string array or token ids", _T),
     FieldRule("max_tokens", _I, "at least 1, capped by the context left", _ALL),
-    FieldRule("max_completion_tokens", _I, "max_tokens under its newer name", _ALL),
+    FieldRule("max_completion_tokens", _I, "max_tokens under its newer name (it counts when both "
+                                           "are given)", _ALL),
     FieldRule("temperature", _I, "0 is greedy decoding; 1e-30 and above sample (smaller "
                                  "values overflow the sampler: refused)", _ALL),
     FieldRule("top_p", _I, "nucleus sampling; 0 keeps the top token", _ALL),
@@ -83,7 +84,8 @@ FIELDS: tuple[FieldRule, ...] = (
     FieldRule("seed", _I, "seeds this request's sampling alone (Engine.generate(seed=...))", _ALL),
     FieldRule("stream", _I, "server-sent events", _ALL),
     FieldRule("stream_options", _I, "include_usage: a last chunk with usage "
-                                    "(include_obfuscation is ignored: no padding is sent)", _OPENAI),
+                                    "(include_obfuscation is ignored: no padding is sent); "
+                                    "only with stream: true, as OpenAI's API", _OPENAI),
     FieldRule("presence_penalty", _I, "OpenAI's formula on the logits, per generated token", _ALL),
     FieldRule("frequency_penalty", _I, "OpenAI's formula on the logits, per generated token", _ALL),
     FieldRule("logit_bias", _I, "added to the logits before sampling; token ids of the model's "

@@ -150,7 +150,8 @@ def run_ask(pc: Any, question: str, scope: str | None, sampling: Sampling, defau
     try:
         answer = _ask(pc, question, scope, sampling, max_new, stream)
     except ContextLengthError as exc:
-        max_new = capped(exc.limit, exc.prompt_tokens, sampling.max_tokens, default_max, "question")
+        max_new = capped(exc.limit, exc.prompt_tokens, sampling.max_tokens, default_max, "question",
+                         sampling.max_tokens_field)
         answer = _ask(pc, question, scope, sampling, max_new, stream)  # the room left: it fits
     if answer is None:
         return _cancelled(0, queue_s, arrived)

@@ -48,7 +48,7 @@ def check_bias(tokenizer: Any, bias: Sequence[tuple[int, float]]) -> None:
 
 
 def max_new_tokens(model: Any, n_prompt: int, requested: int | None, default: int,
-                   prompt_param: str = "messages") -> int:
+                   prompt_param: str = "messages", requested_param: str = "max_tokens") -> int:
     """How many tokens to generate: ``requested``, or ``default`` capped by the room left.
 
     :raises APIError: 400 ``context_length_exceeded`` when the prompt plus the requested tokens
@@ -56,13 +56,14 @@ def max_new_tokens(model: Any, n_prompt: int, requested: int | None, default: in
     limit = context_limit(model)
     if limit is None:
         return requested or default
-    return capped(limit, n_prompt, requested, default, prompt_param)
+    return capped(limit, n_prompt, requested, default, prompt_param, requested_param)
 
 
 def capped(limit: int, n_prompt: int, requested: int | None, default: int,
-           prompt_param: str = "messages") -> int:
+           prompt_param: str = "messages", requested_param: str = "max_tokens") -> int:
     """:func:`max_new_tokens` for a context of ``limit`` tokens; ``prompt_param`` is the field
-    named when the prompt alone leaves no room (``messages``, ``prompt``, ``question``)."""
+    named when the prompt alone leaves no room (``messages``, ``prompt``, ``question``),
+    ``requested_param`` the one named when ``requested`` is too many."""
     room = limit - n_prompt
     if requested is None:
         if room < 1:
@@ -74,5 +75,5 @@ def capped(limit: int, n_prompt: int, requested: int | None, default: int,
         raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you "
                        f"requested {n_prompt + requested} tokens ({n_prompt} in the {prompt_param}, "
                        f"{requested} in the completion). Please reduce the length of the "
-                       f"{prompt_param} or completion.", param="max_tokens", code="context_length_exceeded")
+                       f"{prompt_param} or completion.", param=requested_param, code="context_length_exceeded")
     return requested

@@ -40,6 +40,8 @@ class Sampling:
     is 50) does not narrow a request that did not ask for it."""
 
     max_tokens: int | None = None
+    max_tokens_field: str = field(default="max_tokens", compare=False)
+    """The field ``max_tokens`` came from (``max_completion_tokens`` too): a refusal names it."""
     temperature: float = 1.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
@@ -185,15 +187,16 @@ def _temperature(body: dict[str, Any], default: float) -> float:
 
 
 def _sampling(body: dict[str, Any], temperature: float = 1.0, stops: bool = True) -> Sampling:
-    max_tokens = _int(body, "max_completion_tokens", 1)
-    if max_tokens is None:
-        max_tokens = _int(body, "max_tokens", 1)
+    # both are checked; the newer name counts when both are given (as vLLM does)
+    newer, older = _int(body, "max_completion_tokens", 1), _int(body, "max_tokens", 1)
+    max_tokens = older if newer is None else newer
     repetition = _float(body, "repetition_penalty", 1.0, 0.0, 100.0)
     if repetition == 0:
         raise range_error("repetition_penalty", value=0.0, kind="decimal", below=True,
                            allowed="above 0 and at most 100.0 (1 is off)")
     top_k = _int(body, "top_k", -1)
-    return Sampling(max_tokens=max_tokens, temperature=_temperature(body, temperature),
+    return Sampling(max_tokens=max_tokens, max_tokens_field="max_tokens" if newer is None else "max_completion_tokens",
+                    temperature=_temperature(body, temperature),
                     top_p=_float(body, "top_p", 1.0, 0.0, 1.0), stop=_stop(body) if stops else (),
                     seed=_int(body, "seed", -(2**63), 2**63 - 1),
                     top_k=max(top_k or 0, 0), min_p=_float(body, "min_p", 0.0, 0.0, 1.0),
@@ -212,7 +215,11 @@ def _include_usage(body: dict[str, Any]) -> bool:
     if unknown:
         raise APIError(400, f"Unrecognized request argument supplied: stream_options.{unknown[0]}",
                        param=f"stream_options.{unknown[0]}", code="unknown_parameter")
-    return _bool(options, "include_usage")
+    include = _bool(options, "include_usage")
+    if not _bool(body, "stream"):  # as OpenAI's API (and vLLM) refuse it
+        raise APIError(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                       param="stream_options")
+    return include
 
 
 def parse_chat(body: Any) -> ChatRequest:

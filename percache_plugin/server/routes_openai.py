@@ -45,7 +45,7 @@ def openai_routes(state: ServerState) -> list[Route]:
         arrived = time.perf_counter()
         check_bias(pc.tokenizer, sampling.logit_bias)
         max_new = max_new_tokens(pc.model, len(ids), sampling.max_tokens, state.settings.default_max_tokens,
-                                 "messages" if kind == "chat" else "prompt")
+                                 "messages" if kind == "chat" else "prompt", sampling.max_tokens_field)
         stream = TextStream(pc.tokenizer, len(ids), sampling.stop)
 
         def job(queue_s: float) -> Any:

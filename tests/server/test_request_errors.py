@@ -88,3 +88,20 @@ def test_a_missing_required_field_is_named_as_missing(parse: Any, body: dict[str
 def test_a_model_given_but_unusable_keeps_its_code(body: dict[str, Any], code: str) -> None:
     err = _refusal(body)
     assert err.param == "model" and err.code == code
+
+
+def test_max_tokens_is_checked_beside_max_completion_tokens() -> None:
+    """Both given: max_completion_tokens counts, and max_tokens is checked too (it was not read)."""
+    assert _refusal({"max_completion_tokens": 5, "max_tokens": "x"}).param == "max_tokens"
+    assert _refusal({"max_completion_tokens": 5, "max_tokens": 0}).code == "integer_below_min_value"
+    got = parse_chat({**CHAT, "max_completion_tokens": 5, "max_tokens": 7}).sampling
+    assert got.max_tokens == 5 and got.max_tokens_field == "max_completion_tokens"
+    assert parse_chat({**CHAT, "max_tokens": 7}).sampling.max_tokens_field == "max_tokens"
+
+
+def test_stream_options_need_stream_as_openai_says() -> None:
+    err = _refusal({"stream_options": {"include_usage": True}})
+    assert err.param == "stream_options" and "only allowed when 'stream' is enabled" in err.message
+    assert _refusal({"stream": False, "stream_options": {"include_usage": False}}).param == "stream_options"
+    assert parse_chat({**CHAT, "stream": True, "stream_options": {"include_usage": True}}).include_usage
+    assert not parse_chat({**CHAT, "stream_options": None}).include_usage

@@ -135,6 +135,10 @@ def test_seeded_sampling_repeats(server: Any) -> None:
     ({"model": MODEL, "messages": []}, 400, "messages", "empty_array"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9000}, 400,
      "max_tokens", "context_length_exceeded"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 9000}, 400,
+     "max_completion_tokens", "context_length_exceeded"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}},
+     400, "stream_options", None),
     ({"model": MODEL, "messages": "hi"}, 400, "messages", "invalid_type"),
     ({"model": MODEL, "messages": [{"role": "user", "content": 3}]}, 400, "messages[0].content", "invalid_type"),
     ({"model": MODEL, "messages": [{"role": "robot", "content": "hi"}]}, 400, "messages[0].role", "invalid_value"),
@@ -254,3 +258,21 @@ def test_a_queued_request_whose_client_left_never_runs(server: Any) -> None:
     first, second = list(server.state.runner.records)[:2]
     assert first.finish_reason == second.finish_reason == "cancelled"
     assert first.completion_tokens > 0 and second.completion_tokens == 0
+
+
+def test_a_prompt_past_the_context_is_refused_naming_the_limit_and_the_field(pc: Any, server: Any) -> None:
+    """The prompt alone over the context: OpenAI's ``context_length_exceeded`` naming the limit,
+    and the field holding the prompt (``prompt`` on completions: it named ``messages``)."""
+    from percache_plugin.decode.generate import context_limit
+
+    limit = context_limit(pc.model)
+    assert limit is not None
+    c = client(server)
+    for call, param in ((lambda: c.completions.create(model=MODEL, prompt="x" * (limit + 10)), "prompt"),
+                        (lambda: c.chat.completions.create(model=MODEL, stream=True, messages=[
+                            {"role": "user", "content": "x" * (limit + 10)}]), "messages")):
+        with pytest.raises(openai.BadRequestError) as info:
+            call()
+        body = info.value.body
+        assert body["param"] == param and body["code"] == "context_length_exceeded"
+        assert f"maximum context length is {limit} tokens" in body["message"]
