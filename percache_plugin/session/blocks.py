@@ -36,6 +36,7 @@ from ..kv.blocks import block_prompt, stored_prefix
 from ..kv.cache import slice_chunk
 from ..kv.rounded import drop_if_rounded
 from ..kv.store import KVStore
+from ..reuse import count_origin
 from ..segments import PromptPiece
 from .reply import ChatStats
 from .state import Session, cache_tokens
@@ -165,6 +166,8 @@ def extend_from_blocks(engine: Engine, session: Session, full: list[int], stats:
     added = chunks[-1][0].end - have
     stats.blocks_reused = len(chunks)
     stats.bytes_loaded += sum(kv.nbytes for _, kv in chunks)
+    for _, kv in chunks:
+        count_origin(kv, stats)
     if any(kv.keys[0].dtype != dtype for _, kv in chunks):
         stats.approximate = True
         session.approx_from = have if session.approx_from is None else min(session.approx_from, have)

@@ -41,6 +41,7 @@ from ..kv.cache import slice_chunk
 from ..kv.rounded import drop_if_rounded
 from ..kv.store import ChunkKV
 from ..memory.recall import MEMORY_HEADER, memory_block
+from ..reuse import count_origin
 from ..segments import PromptPiece, Segment
 from .blocks import delete_keys, drop_blocks, exact_tokens
 from .persist import SessionStore
@@ -269,6 +270,7 @@ def apply_region(engine: Engine, session: Session, new: list[RegionFact], stats:
         stats.memory_spliced_tokens += len(fact.ids) - head
         stats.memory_recomputed_tokens += head
         stats.bytes_loaded += kv.nbytes
+        count_origin(kv, stats)
         if not exact and len(fact.ids) > head:
             stats.memory_shifted_tokens += len(fact.ids) - head
             stats.approximate = True
