@@ -37,10 +37,11 @@ def kind_of(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def required(body: dict[str, Any], param: str) -> Any:
+def required(body: dict[str, Any], name: str, where: str = "") -> Any:
     """The value of a required field. :raises APIError: OpenAI's refusal of one left out (or
-    null), ``missing_required_parameter`` naming it."""
-    value = body.get(param)
+    null), ``missing_required_parameter`` naming it (``where``: the prefix, ``messages[0].``)."""
+    value = body.get(name)
+    param = f"{where}{name}"
     if value is None:
         raise APIError(400, f"Missing required parameter: '{param}'.", param=param,
                        code="missing_required_parameter")

@@ -63,10 +63,10 @@ def parse_messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
         if not isinstance(m, dict):
             raise bad(f"messages[{i}]", f"messages[{i}] must be an object, got {kind_of(m)}")
         check_fields(m, MESSAGE, f"messages[{i}].")
-        role = m.get("role")
+        role = required(m, "role", f"messages[{i}].")
         if role not in ROLES:
             raise bad(f"messages[{i}].role", f"messages[{i}].role is {role!r}; expected one of {', '.join(ROLES)}",
                        "invalid_value")
         out.append({"role": "system" if role == "developer" else str(role),
-                    "content": _content(i, m.get("content"))})
+                    "content": _content(i, required(m, "content", f"messages[{i}]."))})
     return tuple(out)

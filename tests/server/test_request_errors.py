@@ -105,3 +105,13 @@ def test_stream_options_need_stream_as_openai_says() -> None:
     assert _refusal({"stream": False, "stream_options": {"include_usage": False}}).param == "stream_options"
     assert parse_chat({**CHAT, "stream": True, "stream_options": {"include_usage": True}}).include_usage
     assert not parse_chat({**CHAT, "stream_options": None}).include_usage
+
+
+@pytest.mark.parametrize(("message", "param"), [({"role": "user"}, "messages[0].content"),
+                                                ({"role": "user", "content": None}, "messages[0].content"),
+                                                ({"content": "hi"}, "messages[0].role")])
+def test_a_message_without_role_or_content_names_the_missing_key(message: dict[str, Any], param: str) -> None:
+    """As OpenAI's API: "Missing required parameter: 'messages[0].content'" (they were
+    ``invalid_type`` and ``invalid_value``)."""
+    err = _refusal({"messages": [message]})
+    assert err.param == param and err.code == "missing_required_parameter" and param in err.message
