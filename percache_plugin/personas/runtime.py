@@ -60,7 +60,9 @@ class PersonaRuntime:
     @contextlib.contextmanager
     def applied(self, name: str | None) -> Iterator[Persona | None]:
         """Run the block under persona ``name``'s adapter (None: no persona, the model as it
-        is); the model's adapter state is restored afterwards.
+        is); the model's adapter state is restored afterwards, and the engine keyed by the
+        weights in use again (else the store of the adapter's weights stayed the handle's:
+        the sessions saved under the weights in use were not found until the next request).
 
         :raises UnknownPersona: no persona ``name``."""
         if name is None:
@@ -68,8 +70,11 @@ class PersonaRuntime:
             return
         persona = self.personas.get(name)
         adapter = self.personas.ensure_loaded(persona)
-        with self.switch.applied(adapter):
-            yield persona
+        try:
+            with self.switch.applied(adapter):
+                yield persona
+        finally:
+            self.engine.follow_model()
 
     def enter(self, session: Session, persona: Persona | None, stats: ChatStats) -> bool:
         """Give the session the persona's head, from its snapshot when the cache is empty;
