@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.server.conftest import MODEL, start
+from tests.server.conftest import MODEL, client, start
 
 LONG = {"model": MODEL, "prompt": "Tell a very long story.", "max_tokens": 100_000 // 20, "temperature": 0}
 
@@ -57,10 +57,20 @@ def test_shutdown_ends_running_and_queued_requests_with_an_error_then_done(pc: A
     queued = _open(srv, {**long, "stream": True, "prompt": "Another story."})
     waiting = _open(srv, {**long, "prompt": "A third story."})  # not streamed
     readers = [threading.Thread(target=_read, args=(c, got, k)) for c, k in ((queued, "queued"), (waiting, "waiting"))]
+
+    def with_openai() -> None:  # the official client raises the error event
+        openai = pytest.importorskip("openai")
+        try:
+            for _ in client(srv).completions.create(stream=True, **{**long, "prompt": "A fourth."}):
+                pass
+        except openai.APIError as exc:
+            got["openai"] = exc
+
+    readers.append(threading.Thread(target=with_openai))
     for t in readers:
         t.start()
     end = time.monotonic() + 30
-    while runner.waiting < 3:
+    while runner.waiting < 4:
         assert time.monotonic() < end
         time.sleep(0.01)
     t0 = time.monotonic()
@@ -82,9 +92,11 @@ def test_shutdown_ends_running_and_queued_requests_with_an_error_then_done(pc: A
     assert _shutdown_error(events[0]) and events[1] == "[DONE]"
     status, body = got["waiting"]
     assert status == 503 and _shutdown_error(json.loads(body))
+    exc = got["openai"]
+    assert "shutting down" in exc.message and exc.body["code"] == "server_shutting_down"
     assert took < 15, f"shutting down took {took:.1f} s"
     reasons = sorted(rec.finish_reason for rec in runner.records)
-    assert reasons == ["shutdown"] * 3, reasons
+    assert reasons == ["shutdown"] * 4, reasons
 
 
 @pytest.mark.parametrize("stream", [False, True])
