@@ -258,12 +258,14 @@ class Engine:
         no chat template; or token ids), reusing the longest stored run of its
         ``Config.prefix_block_tokens``-token blocks that any earlier plain prompt computed."""
         ids = plain_ids(self.tokenizer, prompt)
-        with self.lock:  # the keys chain the fingerprint of the weights in use now
+        # the keys chain the fingerprint of the weights in use: read in the hold that generates,
+        # so weights changed in between cannot key blocks by weights that did not compute them
+        with self.preemption.foreground(self.lock):
             if self.enabled:
                 self.follow_model()
             blocks = self.hooks.plain_prompt(self.ctx, ids) if self.enabled \
                 else block_prompt(ids, self.config.prefix_block_tokens, self.fingerprint)
-        return self.generate(blocks, **generate_kwargs)
+            return self.generate(blocks, **generate_kwargs)
 
     def prefill(self, segments: Sequence[str | Segment] | Prompt, *, exact_only: bool = False) -> Prefilled:
         """Run only the reuse path: a cache holding every prompt position but the last.

@@ -7,6 +7,8 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+import pytest
+
 import percache_plugin as percache
 from percache_plugin.server.jobs import _snippets, run_ids
 from percache_plugin.server.requests import Sampling
@@ -98,11 +100,13 @@ class _Reads:
         return getattr(self.tracker, name)
 
 
-def test_a_scoped_request_keys_its_blocks_under_the_lock_it_generates_under() -> None:
+@pytest.mark.parametrize("scope", ["alice", None])
+def test_a_request_keys_its_blocks_under_the_lock_it_generates_under(scope: str | None) -> None:
     """The scope's key root chains the fingerprint of the weights in use: it is read in the
     same hold of the model's lock as the generation, so weights changed by another thread in
     between cannot key the blocks by other weights than those that computed them (the read was
-    a hold of its own before)."""
+    a hold of its own before; unscoped requests go through ``Engine.complete``, which had the
+    same gap)."""
     model, tok = tiny_pair("llama")
     pc = percache.enable(model, tok, embedder="hash", predict="off")
     try:
@@ -111,7 +115,7 @@ def test_a_scoped_request_keys_its_blocks_under_the_lock_it_generates_under() ->
         reads = _Reads(pc.engine.tracker, lock)
         pc.engine.tracker = reads
         ids = list(tok("Notes: the budget review is on Monday. " * 4, add_special_tokens=True)["input_ids"])
-        out = run_ids(pc, ids, "alice", Sampling(temperature=0), 3, TextStream(tok, len(ids)),
+        out = run_ids(pc, ids, scope, Sampling(temperature=0), 3, TextStream(tok, len(ids)),
                       time.perf_counter(), 0.0)
         assert out.completion_tokens == 3 and len(reads.holds) >= 2
         assert len(set(reads.holds)) == 1, f"fingerprint read in lock holds {reads.holds}"
