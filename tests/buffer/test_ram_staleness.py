@@ -139,6 +139,56 @@ def test_another_handle_evicting_rounding_and_rebuilding(tmp_path: Path) -> None
     fresh.close()
 
 
+SECRET = {"text": "Zorblax: the quartz locker opens with code 4417, every second Tuesday.", "id": "zz"}
+REPLACED = {"text": "Nothing is stored in the quartz locker any more, says Zorblax.", "id": "zz"}
+BEN = {"text": "Ben: the budget review is on Monday; travel costs are over plan.", "id": "ben"}
+LOCKER = "When does the quartz locker open?"
+
+
+def _removals(path: Path, ram: int) -> list[tuple[Any, ...]]:
+    """Handle ``a`` (RAM tier of ``ram`` bytes) answers and chats while handle ``b`` on the same
+    store removes the document, adds its id again with another text and deletes a session."""
+    def handle(seed_model: Any) -> Any:
+        model, tok = seed_model
+        return percache.enable(model, tok, store=path, embedder="hash", predict="off", kv_warm=False,
+                               answer_grounding=False, draft_calibrate_idle=False, use_qa_bank=False,
+                               prefix_block_tokens=16, ram_cache_bytes=ram)
+
+    a = handle(tiny_pair("llama", initializer_range=0.5))
+    b = handle(tiny_pair("llama", initializer_range=0.5))
+    seen: list[tuple[Any, ...]] = []
+
+    def record(out: Any) -> None:
+        s = out.stats
+        seen.append((out.text, getattr(out, "sources", ()), s.tokens_reused, s.nodes_reused, s.approximate,
+                     getattr(s, "blocks_reused", 0)))
+
+    a.add_documents([SECRET, BEN], scope="me")
+    for _ in range(3):
+        record(a.ask(LOCKER, scope="me", max_new_tokens=5))
+    b.knowledge.remove_document("zz", "me")  # its chunk's K/V goes from the store
+    record(a.ask(LOCKER, scope="me", max_new_tokens=5))
+    b.add_documents([REPLACED], scope="me")  # the id again, another text
+    for _ in range(2):
+        record(a.ask(LOCKER, scope="me", max_new_tokens=5))
+    for name in ("s", "t"):  # t's head continues s's blocks
+        a.sessions.create(name, system="Be brief and kind, answer in one line.")
+        record(a.chat("Who owns the slides?", session=name, max_new_tokens=4))
+    b.sessions.delete("s")  # its blocks go from the store
+    a.sessions.create("u", system="Be brief and kind, answer in one line.")
+    record(a.chat("Who owns the slides?", session="u", max_new_tokens=4))
+    a.close()
+    b.close()
+    return seen
+
+
+def test_another_handle_removing_replacing_and_deleting(tmp_path: Path) -> None:
+    with_ram = _removals(tmp_path / "ram", 1 << 24)
+    assert with_ram == _removals(tmp_path / "disk", 0)
+    assert with_ram[3][1] != with_ram[2][1]  # the removal was seen: other sources
+    assert any(r[5] for r in with_ram[6:8]), "no session was extended from stored blocks"
+
+
 peft = pytest.importorskip("peft")
 
 
