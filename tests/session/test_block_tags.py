@@ -108,3 +108,23 @@ def test_forget_drops_the_blocks_of_a_turn_whose_row_is_unreadable(tmp_path: Pat
         assert _held(pc, [conversation], start) == []
     finally:
         pc.close()
+
+
+def test_a_deleted_session_leaves_none_of_the_blocks_it_published_under_a_personas_weights(tmp_path: Path) -> None:
+    from tests.personas.loras import llama_with_loras
+
+    model, tok, dirs, _ = llama_with_loras(tmp_path)
+    pc = percache.enable(model, tok, store=tmp_path / "store", prefix_block_tokens=BLOCK)
+    try:
+        pc.personas.add("pa", "You keep the Zorblax records.", adapter=dirs["a"])
+        pc.sessions.create("s")
+        replies = [pc.chat(ask, session="s", persona="pa", max_new_tokens=4) for ask in ASKS]
+        fp = pc.sessions.get("s").fingerprint  # the adapter's weights
+        assert fp != pc.fingerprint
+        store = pc.engine.stores.get(fp, pc.config)
+        conversation = replies[-1].prompt_ids
+        assert stored_prefix(store, conversation)
+        pc.sessions.delete("s")
+        assert stored_prefix(store, conversation) == []
+    finally:
+        pc.close()
