@@ -23,6 +23,7 @@ __all__ = [
     "SHARED_ROPE",
     "ModelProfile",
     "Positions",
+    "RopeSlot",
     "Rotate",
     "resolve_profile",
     "rotary_modules",
@@ -31,6 +32,7 @@ __all__ = [
 
 Positions = Literal["rope", "learned", "none"]
 Rotate = Literal["half", "interleaved"]
+RopeSlot = Literal["keys", "values"]
 
 SHARED_ROPE: Final = "shared"
 """``layer_rope`` entry: the layer uses the model's single (flat ``rope_parameters``) RoPE."""
@@ -54,6 +56,9 @@ class ModelProfile:
         :data:`NO_ROPE`; ``None`` = :data:`SHARED_ROPE` for every layer.
     :param nope_layer_types: values of ``config.layer_types`` whose layers apply no RoPE
         (Cohere2 full-attention layers); used when resolving ``layer_rope``.
+    :param rope_slot: the cache slot holding the rotated dims: ``"keys"``, or ``"values"``
+        where the cache keeps MLA latents (DeepSeek-V2/V3 in transformers 5: the compressed
+        latent as keys, the shared RoPE key part as values).
     :param notes: free text (what was guessed, why a family cannot be shifted).
     """
 
@@ -63,6 +68,7 @@ class ModelProfile:
     rotate: Rotate = "half"
     layer_rope: tuple[str, ...] | None = None
     nope_layer_types: tuple[str, ...] = ()
+    rope_slot: RopeSlot = "keys"
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -70,6 +76,9 @@ class ModelProfile:
             raise ValueError(
                 f"ModelProfile.positions must be one of {get_args(Positions)}, got {self.positions!r}"
             )
+        if self.rope_slot not in get_args(RopeSlot):
+            raise ValueError(f"ModelProfile.rope_slot must be one of {get_args(RopeSlot)}, "
+                             f"got {self.rope_slot!r}")
         if self.rotate not in get_args(Rotate):
             raise ValueError(
                 f"ModelProfile.rotate must be one of {get_args(Rotate)}, got {self.rotate!r}"

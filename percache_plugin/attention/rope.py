@@ -25,6 +25,7 @@ from .profile import (
     NO_ROPE,
     SHARED_ROPE,
     ModelProfile,
+    RopeSlot,
     Rotate,
     resolve_profile,
     rotary_modules,
@@ -62,7 +63,8 @@ class RopeShifter:
     """Rotates stored post-RoPE keys of one model by a position delta.
 
     Build it with :meth:`from_model`. Fields are a frozen snapshot; ``inv_freq`` maps each RoPE
-    parameter set named in ``layer_rope`` to its fp32 CPU frequencies (``rotary_dims // 2``).
+    parameter set named in ``layer_rope`` to its fp32 CPU frequencies (``rotary_dims // 2``);
+    ``rope_slot`` names the cache slot the rotated dims are in (:meth:`shift_kv` picks it).
     """
 
     model_type: str
@@ -71,6 +73,7 @@ class RopeShifter:
     layer_rope: tuple[str, ...]
     inv_freq: Mapping[str, torch.Tensor]
     attention_scaling: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    rope_slot: RopeSlot = "keys"
 
     def __post_init__(self) -> None:
         half = self.rotary_dims // 2
@@ -134,6 +137,7 @@ class RopeShifter:
             tuple(layer_rope),
             MappingProxyType(inv_freq),
             MappingProxyType(scaling),
+            profile.rope_slot,
         )
 
     def shift(self, key: torch.Tensor, layer_idx: int, delta: int | torch.Tensor) -> torch.Tensor:
@@ -173,6 +177,15 @@ class RopeShifter:
             x1, x2 = rot[..., 0::2], rot[..., 1::2]
             out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
         return torch.cat((out.to(key.dtype), key[..., self.rotary_dims :]), dim=-1)
+
+
+    def shift_kv(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int,
+                 delta: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(keys, values)`` of one cache layer with the slot holding the rotated dims
+        (``rope_slot``) moved by ``delta`` in fp32 (:meth:`shift`); the other is returned as given."""
+        if self.rope_slot == "values":
+            return keys, self.shift(values.float(), layer_idx, delta)
+        return self.shift(keys.float(), layer_idx, delta), values
 
 
 def shift_support(model: nn.Module, profile: ModelProfile | None = None) -> tuple[bool, str]:

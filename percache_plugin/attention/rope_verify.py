@@ -44,12 +44,14 @@ class LayoutUnverified(NotShiftable):
     """No RoPE layout percache can apply reproduces the model's keys at shifted positions."""
 
 
-def _keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor) -> list[torch.Tensor]:
+def _keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor,
+          slot: str = "keys") -> list[torch.Tensor]:
+    """Per layer, the cache slot ``slot`` (keys; MLA latent caches: values) after a forward."""
     cache = DynamicCache()
     with torch.inference_mode():
         model(input_ids=ids[None], position_ids=positions[None], **cache_kw(cache),
               use_cache=True)
-    return [layer.keys[0].float() for layer in cache.layers]  # type: ignore[union-attr,index]
+    return [getattr(layer, slot)[0].float() for layer in cache.layers]
 
 
 def layout_error(model: nn.Module, shifter: RopeShifter) -> float:
@@ -59,7 +61,8 @@ def layout_error(model: nn.Module, shifter: RopeShifter) -> float:
     vocab = int(getattr(text_config(model), "vocab_size", 0) or 256)
     ids = (torch.arange(PROBE_TOKENS, device=param.device) * 7 + 5) % max(vocab, 1)
     base = torch.arange(PROBE_TOKENS, device=param.device) + _OFFSET
-    at_p, moved = _keys(model, ids, base), _keys(model, ids, base + _DELTA)
+    slot = shifter.rope_slot
+    at_p, moved = _keys(model, ids, base, slot), _keys(model, ids, base + _DELTA, slot)
     worst = 0.0
     for i, (k, want) in enumerate(zip(at_p, moved, strict=False)):
         if i >= len(shifter.layer_rope) or shifter.layer_rope[i] == NO_ROPE:
@@ -73,15 +76,16 @@ def layout_error(model: nn.Module, shifter: RopeShifter) -> float:
 
 def _candidates(model: nn.Module, profile: ModelProfile) -> list[ModelProfile]:
     """Rotate-half and interleaved, over the config's rotary dims and over the rotary
-    module's frequencies (they disagree for some families)."""
+    module's frequencies (they disagree for some families), in the keys; then the same in the
+    values, where a cache of MLA latents keeps the RoPE key part (DeepSeek-V2/V3)."""
     dims: list[int | None] = [profile.rotary_dims]
     modules = rotary_modules(model)
     if modules:
         freqs = dict(modules[0].named_buffers(recurse=False)).get("inv_freq")
         if freqs is not None and 2 * freqs.numel() not in dims:
             dims.append(2 * freqs.numel())
-    return [replace(profile, rotate=rotate, rotary_dims=d)
-            for rotate in ("half", "interleaved") for d in dims]
+    return [replace(profile, rotate=rotate, rotary_dims=d, rope_slot=slot)
+            for slot in ("keys", "values") for rotate in ("half", "interleaved") for d in dims]
 
 
 NOT_SHIFTABLE: Mapping[str, str] = MappingProxyType({
@@ -139,7 +143,8 @@ def verified_shifter(model: nn.Module, override: ModelProfile | None = None, *,
                                    f"({type(exc).__name__}: {exc})") from exc
         if err <= tol:
             return shifter
-        tried.append(f"{cand.rotate} over {shifter.rotary_dims} dims: rel err {err:.2g}")
+        tried.append(f"{cand.rotate} over {shifter.rotary_dims} dims of the {cand.rope_slot}: "
+                     f"rel err {err:.2g}")
     raise LayoutUnverified(
         f"{config.model_type}: not in the profile table, and no RoPE layout reproduces its keys "
         f"at shifted positions ({'; '.join(tried)}); keys may be transformed after RoPE or "

@@ -85,7 +85,8 @@ def build_shifter(model: nn.Module, profile: ModelProfile | None) -> RopeShifter
 def _layout(shifter: RopeShifter | None) -> tuple[Any, ...] | None:
     if shifter is None:
         return None
-    return (shifter.model_type, shifter.rotary_dims, shifter.rotate, shifter.layer_rope)
+    return (shifter.model_type, shifter.rotary_dims, shifter.rotate, shifter.layer_rope,
+            shifter.rope_slot)
 
 
 def shift_gate(subject: Subject, pc: Any) -> Outcome | None:

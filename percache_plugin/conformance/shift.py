@@ -35,14 +35,16 @@ SHIFT_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...] = (
 """(chunk order when stored, chunk order when asked, query) of the shifted-reuse prompts."""
 
 
-def _rope_keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor) -> list[torch.Tensor]:
+def _rope_keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor,
+               slot: int = 0) -> list[torch.Tensor]:
     """Post-RoPE keys ``[kv_heads, T, head_dim]`` of every layer for ``ids`` at ``positions``
-    (a config-less cache keeps full keys on sliding layers)."""
+    (a config-less cache keeps full keys on sliding layers); ``slot`` 1 reads the values (where
+    a cache of MLA latents keeps the RoPE key part)."""
     cache = DynamicCache()
     with torch.inference_mode():
         model(input_ids=ids[None], position_ids=positions[None], **cache_kw(cache),
               use_cache=True)
-    return [layer_kv(cache, i)[0][0].float() for i in range(len(cache.layers))]
+    return [layer_kv(cache, i)[slot][0].float() for i in range(len(cache.layers))]
 
 
 def _rel_errors(got: list[torch.Tensor], want: list[torch.Tensor]) -> list[float]:
@@ -70,10 +72,11 @@ def check_rope_shift(subject: Subject) -> Outcome:
     deltas = [d for d in _DELTAS if _OFFSET + d + _CHUNK_TOKENS <= limit] or [1]
     ids = _chunk_ids(subject)
     base = torch.arange(_CHUNK_TOKENS, device=subject.device) + _OFFSET
-    at_p = _rope_keys(model, ids, base)
+    slot = 1 if shifter.rope_slot == "values" else 0
+    at_p = _rope_keys(model, ids, base, slot)
     per_layer = [0.0] * len(at_p)
     for d in deltas:
-        moved = _rope_keys(model, ids, base + d)
+        moved = _rope_keys(model, ids, base + d, slot)
         shifted = [shifter.shift(k, i, d).float() for i, k in enumerate(at_p)]
         per_layer = [max(a, b) for a, b in zip(per_layer, _rel_errors(shifted, moved), strict=True)]
     unshifted = _rel_errors(at_p, moved)
@@ -85,7 +88,8 @@ def check_rope_shift(subject: Subject) -> Outcome:
     least_moved = min(unshifted[i] for i in rope_layers)
     figure = f"max rel err {worst:.2g} (layer {layer}, d={','.join(map(str, deltas))})"
     details = {"per_layer": per_layer, "unshifted": unshifted, "tolerance": tol,
-               "rotary_dims": shifter.rotary_dims, "rotate": shifter.rotate}
+               "rotary_dims": shifter.rotary_dims, "rotate": shifter.rotate,
+               "rope_slot": shifter.rope_slot}
     if not worst <= tol:
         return failed(f"RoPE shift error {worst:.3g} at layer {layer} exceeds {tol:g}: the profile's "
                       f"rotary dims ({shifter.rotary_dims}) or layout ({shifter.rotate!r}) do not "
@@ -95,7 +99,9 @@ def check_rope_shift(subject: Subject) -> Outcome:
         return failed(f"moving positions by {deltas[-1]} changed layer keys by only {least_moved:.3g}: "
                       "the keys do not carry the RoPE phase the profile describes", figure, worst,
                       **details)
-    return passed(figure, worst, f"{shifter.rotary_dims} rotary dims, {shifter.rotate}", **details)
+    where = " (in the cache's values: MLA latents)" if shifter.rope_slot == "values" else ""
+    return passed(figure, worst, f"{shifter.rotary_dims} rotary dims, {shifter.rotate}{where}",
+                  **details)
 
 
 def _fits(subject: Subject, pc: PerCache, prompts: list[list[str]]) -> Outcome | None:

@@ -50,10 +50,10 @@ def assemble(
         if delta != 0 and shifter is None:
             raise ValueError("a chunk placed at a new position needs a RoPE shifter")
         for layer in range(len(keys)):
-            k = p.kv.keys[layer][:, :n]
+            k, v = p.kv.keys[layer][:, :n], p.kv.values[layer][:, :n]
             if delta != 0:
-                k = shifter.shift(k.float(), layer, delta)  # type: ignore[union-attr]
+                k, v = shifter.shift_kv(k, v, layer, delta)  # type: ignore[union-attr]
             keys[layer][0, :, p.start:p.start + n] = k.to(dtype)
-            values[layer][0, :, p.start:p.start + n] = p.kv.values[layer][:, :n].to(dtype)
+            values[layer][0, :, p.start:p.start + n] = v.to(dtype)
         filled[p.start:p.start + n] = True
     return SpliceCache(keys, values), filled

@@ -67,7 +67,8 @@ class CacheEditor:
         return len(gone)
 
     def shift(self, span: tuple[int, int], delta: int) -> None:
-        """Rotate the keys of slots ``[start, end)`` by ``delta`` positions (values unchanged).
+        """Rotate the keys of slots ``[start, end)`` by ``delta`` positions (values unchanged;
+        a cache of MLA latents keeps the rotated part in its values, rotated instead).
 
         :raises NotShiftable: the model's RoPE cannot be shifted exactly (or it has none).
         :raises IndexError: the span is outside the cache."""
@@ -78,9 +79,11 @@ class CacheEditor:
             raise IndexError(f"span {span} outside the cache's {self.n_slots} slots")
         if start == end or delta == 0:
             return
+        slot = self.shifter.rope_slot  # "values" where the cache keeps MLA latents
         for i, lay in enumerate(self.cache.layers):
-            moved = self.shifter.shift(lay.keys[..., start:end, :], i, int(delta))
-            lay.keys = torch.cat([lay.keys[..., :start, :], moved, lay.keys[..., end:, :]], dim=-2)
+            old = getattr(lay, slot)
+            moved = self.shifter.shift(old[..., start:end, :], i, int(delta))
+            setattr(lay, slot, torch.cat([old[..., :start, :], moved, old[..., end:, :]], dim=-2))
         self.edits.append(("shift", start, end, int(delta)))
 
     def evict(self, start: int, end: int) -> None:

@@ -309,11 +309,11 @@ def _append(session: Session, kv: ChunkKV, skip: int, delta: int, shifter: Any,
             dtype: torch.dtype, device: torch.device) -> None:
     cache = session.cache
     for layer in range(len(kv.keys)):
-        k = kv.keys[layer][:, skip:]
+        k, v = kv.keys[layer][:, skip:], kv.values[layer][:, skip:]
         if delta:
-            k = shifter.shift(k.float(), layer, delta)
-        cache.update(k.to(device=device, dtype=dtype)[None],
-                     kv.values[layer][:, skip:].to(device=device, dtype=dtype)[None], layer)
+            k, v = shifter.shift_kv(k, v, layer, delta)
+        cache.update(k.to(device=device, dtype=dtype)[None], v.to(device=device, dtype=dtype)[None],
+                     layer)
 
 
 def store_region(engine: Engine, session: Session, stats: ChatStats) -> None:
