@@ -276,3 +276,22 @@ def test_a_prompt_past_the_context_is_refused_naming_the_limit_and_the_field(pc:
         body = info.value.body
         assert body["param"] == param and body["code"] == "context_length_exceeded"
         assert f"maximum context length is {limit} tokens" in body["message"]
+
+
+def test_completions_stream_usage_and_text_parts_match_their_plain_forms(server: Any) -> None:
+    """A streamed completion with ``include_usage`` ends with the unstreamed request's usage; a
+    message of text parts is the message of their joined text (same ids, same answer)."""
+    c = client(server)
+    prompt = "Notes: the budget review is on Monday. Q: when? A:"
+    whole = c.completions.create(model=MODEL, prompt=prompt, **GREEDY)
+    chunks = list(c.completions.create(model=MODEL, prompt=prompt, stream=True,
+                                       stream_options={"include_usage": True}, **GREEDY))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == whole.choices[0].text
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    parts = [{"type": "text", "text": "When is the rehearsal "}, {"type": "text", "text": "on Friday?"}]
+    joined = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "When is the rehearsal on Friday?"}],
+                                       **GREEDY)
+    split = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": parts}], **GREEDY)
+    assert split.choices[0].message.content == joined.choices[0].message.content
+    assert split.usage.prompt_tokens == joined.usage.prompt_tokens
