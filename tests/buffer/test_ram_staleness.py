@@ -189,6 +189,41 @@ def test_another_handle_removing_replacing_and_deleting(tmp_path: Path) -> None:
     assert any(r[5] for r in with_ram[6:8]), "no session was extended from stored blocks"
 
 
+FACTS = ["Ana drinks Quillberry tea every morning", "Ana keeps a Quillberry plant on her desk"]
+
+
+def _forgets(path: Path, ram: int) -> list[tuple[Any, ...]]:
+    """Handle ``a`` (RAM tier of ``ram`` bytes) splices memory facts' K/V into new sessions while
+    handle ``b`` on the same store forgets one of them."""
+    config = {"store": path, "embedder": "hash", "predict": "off", "kv_warm": False, "memory_recall": True,
+              "memory_threshold": 0.0, "memory_recall_mode": "splice", "session_blocks": False,
+              "draft_calibrate_idle": False, "ram_cache_bytes": ram}
+    model, tok = tiny_pair("llama", initializer_range=0.5)
+    a = percache.enable(model, tok, **config)
+    ids = [a.memory.add(f, scope="ana").fact.id for f in FACTS]
+    model_b, _ = tiny_pair("llama", initializer_range=0.5)
+    b = percache.enable(model_b, tok, **{**config, "ram_cache_bytes": 0})
+    seen: list[tuple[Any, ...]] = []
+    for i, name in enumerate(("s", "t", "u", "v")):
+        if i == 3:
+            b.memory.forget(ids[0])  # its K/V goes from the store
+        a.sessions.create(name, system="Be brief.")
+        r = a.chat("What Quillberry things does Ana have?", session=name, memory_scope="ana", max_new_tokens=4)
+        s = r.stats
+        seen.append((r.token_ids, tuple(ids.index(f) for f in s.fact_ids if f in ids), s.memory_spliced_tokens, s.memory_facts_stored,
+                     s.tokens_reused, s.approximate))
+    a.close()
+    b.close()
+    return seen
+
+
+def test_another_handle_forgetting_a_spliced_fact(tmp_path: Path) -> None:
+    with_ram = _forgets(tmp_path / "ram", 1 << 24)
+    assert with_ram == _forgets(tmp_path / "disk", 0)
+    assert with_ram[2][2] > 0  # spliced from stored K/V (from RAM, with the tier)
+    assert with_ram[3][2] < with_ram[2][2] or with_ram[3][1] != with_ram[2][1]  # the forget was seen
+
+
 peft = pytest.importorskip("peft")
 
 
