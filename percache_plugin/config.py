@@ -254,7 +254,8 @@ class Config:
         "are always counted: they compare precomputed features.",
         False,
     )
-    qa_byte_limit: int | None = _help("Byte limit of the QA bank (LFU eviction).", 100 * 2**20)
+    qa_byte_limit: int | None = _help("Byte limit of the QA bank (LFU eviction; a user's correction "
+                                      "goes only after every other entry).", 100 * 2**20)
     use_qa_bank: bool = _help("Answer from the QA bank when a stored question matches.", True)
     qa_share_across_models: bool = _help(
         "Serve QA-bank answers that another model (another fingerprint: other weights or "

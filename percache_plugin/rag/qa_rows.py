@@ -259,12 +259,15 @@ class QARows(Database):
         return [(*row[:5], _readable_sources(row[5])) for row in rows]
 
     def victims(self, total: int, limit: int | None, protect: int | None) -> list[int]:
-        """LFU order: fewest hits, then least recently served, then oldest."""
+        """LFU order: fewest hits, then least recently served, then oldest; a user's
+        correction goes only after every other entry (evicted, the model's answer it replaced
+        would be generated and served again)."""
         if limit is None or total <= limit:
             return []
         victims: list[int] = []
         rows = self.db.execute(
-            "SELECT id, nbytes FROM qa_entries WHERE id IS NOT ? ORDER BY hits, last_access, id",
+            "SELECT id, nbytes FROM qa_entries WHERE id IS NOT ?"
+            " ORDER BY origin = 'corrected', hits, last_access, id",
             (protect,),
         )
         for entry_id, nbytes in rows:
