@@ -211,6 +211,8 @@ class QARows(Database):
                 if old is None or (old.scope, old.model, old.key) != (info.scope, info.model,
                                                                       info.key):
                     vector = self.vector(info.id)
+            except LookupError:  # deleted by another bank since the rows were read: gone
+                continue
             except (ValueError, TypeError) as exc:
                 log.warning("percache QA bank: entry %s is unreadable (%s); removed", entry_id,
                             exc)
@@ -220,9 +222,11 @@ class QARows(Database):
         self.remove_corrupt(bad)
 
     def vector(self, entry_id: int) -> np.ndarray:
-        (blob,) = self.db.execute(
-            "SELECT vector FROM qa_entries WHERE id = ?", (entry_id,)
-        ).fetchone()
+        """The entry's question vector; LookupError when the row is gone (ValueError: unreadable)."""
+        row = self.db.execute("SELECT vector FROM qa_entries WHERE id = ?", (entry_id,)).fetchone()
+        if row is None:
+            raise LookupError(f"no QA entry {entry_id}")
+        (blob,) = row
         vector = np.frombuffer(blob, dtype=np.float32)
         if self.dim is None or vector.size != self.dim:
             raise ValueError(f"a {vector.size}-float vector, expected {self.dim}")

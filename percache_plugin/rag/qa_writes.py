@@ -119,7 +119,9 @@ class QABankBase:
             self._mem.put(info, vector, self._rows.dim)
         for entry_id in set(known) - seen:
             self._mem.forget(entry_id)
-        self._generation = self._rows.generation()
+        # the generation read before the rows: a change committed while they were read (another
+        # process marking one stale) is newer, so the next look reads them again
+        self._generation = generation
 
     def _vector(self, question: str, embedding: object) -> np.ndarray:
         raw = self._embedder.embed([question]) if embedding is None else embedding
