@@ -17,7 +17,6 @@ from ..memory.cli import forget_in_store, open_memory, session_fingerprints
 from ..memory.rows import FactRows
 from ..memory.session_facts import drawn_only_from, drop_queued_turns, drop_readded_from
 from ..rag.qa_bank import QABank
-from ..session.blocks import delete_keys
 from ..session.persist import SESSIONS_DB, SessionStore
 from ..session.sessions import UnknownSession
 from ..turnlog import TurnLog
@@ -49,9 +48,7 @@ def remove_session(root: Path, name: str) -> SessionRemoval:
                 known = ", ".join(_names(store)) or "none"
                 raise UnknownSession(f"no session {name!r} in store {str(root)!r} (known: {known})")
             with_kv = set(admin.fingerprints())
-            for fp, keys in store.session_blocks(name).items():  # the prefix blocks it published
-                if fp in with_kv:
-                    delete_keys(admin.kv_store(fp), keys)
+            store.tags.drop_session(name, lambda fp: admin.kv_store(fp) if fp in with_kv else None)
             store.delete(name)
         finally:
             if store is not None:

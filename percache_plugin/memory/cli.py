@@ -26,7 +26,7 @@ from ..cli_errors import UsageError
 from ..kv.store import DB_NAME
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.qa_bank import QABank
-from ..session.blocks import delete_keys, drop_blocks
+from ..session.blocks import drop_blocks
 from ..session.persist import SESSIONS_DB, SessionStore
 from ..sqlite_tx import BUSY_TIMEOUT_S
 from ..turnlog import TurnLog
@@ -128,9 +128,8 @@ def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[in
         for cut in changed:
             if cut.fingerprint in with_kv:
                 removed += drop_blocks(admin.kv_store(cut.fingerprint), cut.former_ids, cut.start)
-        tagged = store.fact_blocks(fact_id)  # an evicted turn's, one whose row is corrupt
-        removed += sum(delete_keys(admin.kv_store(fp), keys) for fp, keys in tagged.items() if fp in with_kv)
-        store.untag(tagged)
+        # and those its tags name: an evicted turn's, one whose row is corrupt
+        removed += store.tags.drop_fact(fact_id, lambda fp: admin.kv_store(fp) if fp in with_kv else None)
     finally:
         store.close()
     return len(changed), sum(cut.turns_rewritten for cut in changed), removed

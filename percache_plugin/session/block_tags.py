@@ -13,9 +13,66 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
-__all__ = ["tag_blocks", "session_blocks", "fact_blocks", "untag"]
+from ..kv.store import KVStore
+from ..sqlite_tx import connect, transaction
+from .schema import BLOCKS_SCHEMA
+
+__all__ = ["BlockTags", "tag_blocks", "session_blocks", "fact_blocks", "untag"]
+
+# The K/V store of a fingerprint (None: there is none, nothing to delete there).
+StoreOf = Callable[[str], KVStore | None]
+
+
+class BlockTags:
+    """The tags of one session database (``db``, guarded by ``lock``), or with neither, of a
+    handle without a store directory: a private in-memory table, so its sessions' blocks (in
+    its in-memory K/V store) go with them too."""
+
+    def __init__(self, db: sqlite3.Connection | None = None, lock: threading.Lock | None = None) -> None:
+        self.db = db if db is not None else connect(None, BLOCKS_SCHEMA)
+        self._own = db is None
+        self.lock = lock if lock is not None else threading.Lock()
+
+    def close(self) -> None:
+        if self._own:
+            self.db.close()
+
+    def tag(self, fingerprint: str, name: str, blocks: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """:func:`tag_blocks` in a transaction of its own."""
+        with self.lock, transaction(self.db):
+            tag_blocks(self.db, fingerprint, name, blocks)
+
+    def drop_session(self, name: str, store_of: StoreOf) -> int:
+        """Delete the blocks session ``name`` published and no other session did (with the nodes
+        computed after them), then its tags; returns the nodes deleted."""
+        with self.lock:
+            found = session_blocks(self.db, name)
+        removed = _delete(found, store_of)
+        with self.lock, transaction(self.db):
+            self.db.execute("DELETE FROM chat_blocks WHERE name = ?", (name,))
+        return removed
+
+    def drop_fact(self, fact_id: str, store_of: StoreOf) -> int:
+        """Delete the blocks holding memory fact ``fact_id`` (with the nodes computed after
+        them), then their tags; returns the nodes deleted."""
+        with self.lock:
+            found = fact_blocks(self.db, fact_id)
+        removed = _delete(found, store_of)
+        with self.lock, transaction(self.db):
+            untag(self.db, found)
+        return removed
+
+
+def _delete(found: dict[str, list[str]], store_of: StoreOf) -> int:
+    removed = 0
+    for fp, keys in found.items():
+        store = store_of(fp)
+        if store is not None:
+            removed += sum(store.delete(key) for key in keys if store.contains(key))
+    return removed
 
 
 def tag_blocks(db: sqlite3.Connection, fingerprint: str, name: str,

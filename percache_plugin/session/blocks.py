@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,7 +44,7 @@ from .state import Session, cache_tokens
 if TYPE_CHECKING:
     from ..engine import Engine
 
-__all__ = ["publish_blocks", "extend_from_blocks", "exact_tokens", "drop_blocks", "delete_keys", "Tagger"]
+__all__ = ["publish_blocks", "extend_from_blocks", "exact_tokens", "drop_blocks", "Tagger"]
 
 log = logging.getLogger("percache")
 
@@ -114,11 +114,6 @@ def _recalls(session: Session) -> list[tuple[int, str]]:
         out += [(pos, f) for f in turn.fact_ids]
         pos += turn.n_tokens
     return out
-
-
-def delete_keys(store: KVStore, keys: Iterable[str]) -> int:
-    """Delete these stored nodes with their descendants (:mod:`.block_tags`); returns how many went."""
-    return sum(store.delete(key) for key in keys if store.contains(key))
 
 
 def drop_blocks(store: KVStore, ids: list[int], start: int) -> int:

@@ -43,7 +43,7 @@ from ..kv.store import ChunkKV
 from ..memory.recall import MEMORY_HEADER, memory_block
 from ..reuse import count_origin
 from ..segments import PromptPiece, Segment
-from .blocks import delete_keys, drop_blocks, exact_tokens
+from .blocks import drop_blocks, exact_tokens
 from .persist import SessionStore
 from .recalled import cut_at, without_recalled
 from .reply import ChatStats, Reply
@@ -180,8 +180,8 @@ def forget_fact(engine: Engine, live: Sequence[Session], store: SessionStore | N
     into as text (:mod:`.recalled`) of the sessions in memory (their caches cropped before
     it), the same in saved sessions under every fingerprint with their K/V slices from there
     on (their snapshots then end before it, :mod:`.forget_rows`), and the prefix blocks that
-    held it or followed it, under every fingerprint and block size (found from the ids, and
-    from the blocks' tags, :mod:`.block_tags`). Returns the sessions
+    held it or followed it, under every fingerprint and block size, found from the ids (the
+    caller deletes those its tags name too, :mod:`.block_tags`). Returns the sessions
     changed. ``keep_region`` (an updated fact): the regions of the sessions in memory keep it
     (the next turn puts its new text in the old one's place); saved sessions drop it."""
     changed = set()
@@ -200,11 +200,6 @@ def forget_fact(engine: Engine, live: Sequence[Session], store: SessionStore | N
     for cut in store.drop_fact(fact_id) if store is not None else []:
         drop_blocks(engine.stores.get(cut.fingerprint, engine.config), cut.former_ids, cut.start)
         changed.add((cut.fingerprint, cut.name))
-    if store is not None:  # the blocks tagged with it: an evicted turn's, one whose row is corrupt
-        tagged = store.fact_blocks(fact_id)
-        for fp, keys in tagged.items():
-            delete_keys(engine.stores.get(fp, engine.config), keys)
-        store.untag(tagged)
     return len(changed)
 
 

@@ -17,7 +17,7 @@ import torch
 
 from ..filemodes import private_dir
 from ..sqlite_tx import checkpoint, connect, transaction
-from .block_tags import fact_blocks, session_blocks, tag_blocks, untag
+from .block_tags import BlockTags
 from .forget_rows import SessionCut, drop_fact_rows
 from .listing import StoredSession, stored_elsewhere
 from .load import load_session
@@ -59,6 +59,7 @@ class SessionStore:
             self.db.close()
             raise
         self._lock = threading.Lock()
+        self.tags = BlockTags(self.db, self._lock)  # the prefix blocks sessions published
 
     def close(self) -> None:
         self.db.close()
@@ -139,7 +140,7 @@ class SessionStore:
     def delete(self, name: str) -> int:
         """Remove the session ``name`` under every fingerprint (a conversation continued after
         an adapter switch is saved under the new weights' fingerprint too), with the tags of
-        the blocks it published (the caller deletes those blocks first, :meth:`session_blocks`);
+        the blocks it published (the caller deletes those blocks first, ``tags.drop_session``);
         the new version."""
         with self._lock, transaction(self.db):
             version = self._bump(name, 0)
@@ -155,29 +156,6 @@ class SessionStore:
         for path in self.dir.parent.glob(f"*/{slice_prefix(name)}-*.safetensors"):
             path.unlink(missing_ok=True)
         return version
-
-    # -- the prefix blocks sessions published (:mod:`.block_tags`) -------------------------
-    def tag_blocks(self, name: str, blocks: list[tuple[str, list[str]]]) -> None:
-        """Record that session ``name`` publishes ``blocks`` (``(key, fact ids held)``) under
-        this store's fingerprint; called before they are stored."""
-        with self._lock, transaction(self.db):
-            tag_blocks(self.db, self.fingerprint, name, blocks)
-
-    def session_blocks(self, name: str) -> dict[str, list[str]]:
-        """The blocks, by fingerprint, session ``name`` published and no other session did
-        (their tags go with :meth:`delete`)."""
-        with self._lock:
-            return session_blocks(self.db, name)
-
-    def fact_blocks(self, fact_id: str) -> dict[str, list[str]]:
-        """The blocks, by fingerprint, holding memory fact ``fact_id``."""
-        with self._lock:
-            return fact_blocks(self.db, fact_id)
-
-    def untag(self, blocks: dict[str, list[str]]) -> None:
-        """Forget the tags of blocks deleted from the K/V store."""
-        with self._lock, transaction(self.db):
-            untag(self.db, blocks)
 
     def saved(self, name: str) -> bool:
         """Whether session ``name`` is saved under any fingerprint."""

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..kv.store import KVStore
 from ..personas.registry import Personas
 from ..personas.runtime import PersonaRuntime
 from ..turnlog import TurnLog
-from .blocks import delete_keys
+from .block_tags import BlockTags
 from .chat import ChatRunner
 from .evict import compact
 from .info import SessionInfo, UnknownSession, session_infos
@@ -55,6 +56,7 @@ class Sessions:
         self._stores: dict[str, SessionStore] = {}  # by fingerprint: sessions follow the weights
         self._stores_lock = threading.Lock()  # a leaf: nothing is acquired while holding it
         self._locks = SessionLocks(root)  # one turn at a time per session across handles
+        self._memory_tags = BlockTags() if root is None else None  # no session database: in memory
         self.log = TurnLog(root / SESSIONS_DB if root is not None else None)
         self._personas = PersonaRuntime(engine, self._layout, root,
                                         root / SESSIONS_DB if root is not None else None)
@@ -86,6 +88,8 @@ class Sessions:
             self._stores.clear()
         self.log.close()
         self._personas.close()
+        if self._memory_tags is not None:
+            self._memory_tags.close()
 
     @property
     def personas(self) -> Personas:
@@ -177,9 +181,9 @@ class Sessions:
         session = self.get(name)
         with session.lock, self._locks.hold(name, self._engine.config.session_wait_s):
             empty(session, self._new(name, session.system))
+            self._tags().drop_session(name, self._kv_store)
             store = self._store
             if store is not None:
-                self._drop_blocks(store, name)
                 session.version = store.delete(name)
 
     def pin(self, name: str, turn_id: int, pinned: bool = True) -> None:
@@ -215,22 +219,24 @@ class Sessions:
         held = contextlib.nullcontext() if elsewhere else self.get(name).lock  # get: UnknownSession
         with held, self._locks.hold(name, self._engine.config.session_wait_s), self._lock:
             self._sessions.pop(name, None)
+            self._tags().drop_session(name, self._kv_store)  # its prefix blocks, under every fingerprint
             if store is not None:
-                self._drop_blocks(store, name)
                 store.delete(name)
             self.log.delete_session(name)
         for listener in self.deleted:
             listener(name)
 
-    def _tag_blocks(self, session: Session, blocks: builtins.list[tuple[str, builtins.list[str]]]) -> None:
-        if self._root is not None:
-            self._store_of(session.fingerprint).tag_blocks(session.name, blocks)
+    def _tags(self, fp: str | None = None) -> BlockTags:
+        """Where the prefix blocks sessions publish are tagged (:mod:`.block_tags`)."""
+        if self._memory_tags is not None:
+            return self._memory_tags
+        return self._store_of(fp or self._engine.fingerprint).tags
 
-    def _drop_blocks(self, store: SessionStore, name: str) -> None:
-        """Delete the prefix blocks session ``name`` published and no other session did, under
-        every fingerprint (their tags go with the session's rows)."""
-        for fp, keys in store.session_blocks(name).items():
-            delete_keys(self._engine.stores.get(fp, self._engine.config), keys)
+    def _tag_blocks(self, session: Session, blocks: builtins.list[tuple[str, builtins.list[str]]]) -> None:
+        self._tags(session.fingerprint).tag(session.fingerprint, session.name, blocks)
+
+    def _kv_store(self, fp: str) -> KVStore:
+        return self._engine.stores.get(fp, self._engine.config)
 
     def attach_memory(self, memory: Any) -> None:
         """Recall facts from ``memory`` (``pc.memory``) and take the facts it forgets out of sessions."""
@@ -245,7 +251,9 @@ class Sessions:
         """Take a forgotten (or updated) fact out of every session (``memory_region.forget_fact``)."""
         with self._lock:
             live = list(self._sessions.values())
-        return forget_fact(self._engine, live, self._store, fact_id, keep_region=keep_region)
+        changed = forget_fact(self._engine, live, self._store, fact_id, keep_region=keep_region)
+        self._tags().drop_fact(fact_id, self._kv_store)  # blocks of evicted turns, of corrupt rows
+        return changed
 
     def chat(self, message: str, session: str = DEFAULT_SESSION, *, memory_scope: str | None = None,
              persona: str | None = None, **generate_kwargs: Any) -> Reply:

@@ -34,11 +34,12 @@ def _held(pc: percache.PerCache, conversations: list[list[int]], start: int = 0)
     return sorted({k for ids in conversations for k in stored_prefix(pc.store, ids, start)})
 
 
-@pytest.mark.parametrize("how", ["delete", "corrupt row", "evicted", "admin"])
+@pytest.mark.parametrize("how", ["delete", "corrupt row", "evicted", "admin", "in memory"])
 def test_a_deleted_session_leaves_none_of_its_prefix_blocks(tmp_path: Path, how: str) -> None:
     model, tok = tiny_pair("llama")
     budget = {"session_kv_tokens": 64} if how == "evicted" else {}
-    pc = percache.enable(model, tok, store=tmp_path, prefix_block_tokens=BLOCK, **budget)
+    store = None if how == "in memory" else tmp_path  # in memory: the K/V store of the handle's process
+    pc = percache.enable(model, tok, store=store, prefix_block_tokens=BLOCK, **budget)
     pc.sessions.create("s", system="You keep the Zorblax records.")
     pc.sessions.create("t", system="Another conversation entirely.")
     seen = []  # every conversation state "s" published blocks of (an eviction changes its ids)
