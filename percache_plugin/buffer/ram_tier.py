@@ -110,6 +110,8 @@ class KVRamTier:
         self._trace(key, info.nbytes, cls)
         if kv is None:
             return None
+        if kv.row is not None:  # the row the tensors were read with (``info`` may be older)
+            info = kv.row
         if kv.pending is not None:
             if kv.nbytes <= self.cache.capacity:  # a larger chunk could never be kept
                 self._pending.append((self.store, key, kv, _version(info), cls))

@@ -153,7 +153,10 @@ def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]
         first use. A loader that cannot defer ignores it (and may leave it out of its signature).
         A wrapper (``wrapper=True``) that leaves it out of its signature gets False: the chunk
         it sees is whole, since it might read the tensors.
-    :return: the K/V, per layer ``[kv_heads, n_tokens, head_dim]``, or None.
+    :return: the K/V, per layer ``[kv_heads, n_tokens, head_dim]``, or None. The default sets
+        ``ChunkKV.row`` to the store row it read the tensors with; a memory fact (whose key holds
+        no position) is placed by it. A loader that leaves it None: the fact is used only when its
+        row is the same before and after the load.
     """
 
 

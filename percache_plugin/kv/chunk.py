@@ -24,7 +24,10 @@ class ChunkKV:
 
     ``origin`` says where a loader found it, for the request's stats: ``"ram"`` (served by the
     RAM tier), ``"store"`` (read from the store by the RAM tier on a miss) or ``""`` (not said).
-    It takes no part in equality.
+    It takes no part in equality, nor does ``row``: the store row the tensors were read with
+    (:meth:`~.store.KVStore.get`; None from other loaders), which says where they were computed
+    (``start``, ``extra``) in one read with them. A row looked up before the load may already
+    belong to another instance of the node (another handle or process replaced it meanwhile).
 
     ``pending``: the tensors are still being read in the background, layer by layer
     (:mod:`.layer_read`; only loads asked for with ``layered=True`` return such chunks): layer
@@ -35,6 +38,7 @@ class ChunkKV:
     values: tuple[torch.Tensor, ...]
     origin: str = field(default="", compare=False)
     pending: LayerGate | None = field(default=None, compare=False)
+    row: NodeInfo | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keys", tuple(self.keys))

@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
@@ -212,9 +213,8 @@ class KVStore:
             self._evict_to_limit(protect=key)
             return self._index.row(key, "1") is not None
 
-    def get(self, key: str, *, token_ids: Sequence[int] | None = None,
-            layered: bool = False) -> ChunkKV | None:
-        """The node's K/V (a fresh copy, stored dtype, CPU), or None on a miss.
+    def get(self, key: str, *, token_ids: Sequence[int] | None = None, layered: bool = False) -> ChunkKV | None:
+        """The node's K/V (a fresh copy, stored dtype, CPU, ``ChunkKV.row`` the row read with it) or None.
 
         A node that fails any check (file, header, layout, checksum, fingerprint, token ids,
         its database row) is logged, counted as a miss and as corrupt, and removed;
@@ -224,12 +224,12 @@ class KVStore:
         want_hash = None if token_ids is None else hash_token_ids(token_ids)
         with self._lock:
             self._check_open()
-            row = self._index.row(key, "token_hash, checksum, layout, start, n_tokens, nbytes")
+            row = self._index.row(key, f"{NODE_COLS}, checksum, layout")
             if row is None:
                 self._count("counting a miss", lambda: self._index.count(misses=1))
                 return None
-            token_hash, checksum, layout_json, start, n_tokens, nbytes = row
-            if want_hash is not None and want_hash != token_hash:
+            info, (checksum, layout_json) = node_info(row[:-2]), row[-2:]
+            if want_hash is not None and want_hash != info.token_hash:
                 self._reject(key, "token ids do not match")
                 return None
             layout = layout_of(layout_json)
@@ -237,14 +237,14 @@ class KVStore:
                 self._reject(key, "its database row holds a corrupt tensor layout")
                 return None
             try:
-                kv = self._nodes.load(key, layout, (None, n_tokens, start, token_hash, checksum,
-                                                    layout_json, ""), verify=self.verify,
-                                      layered=layered, on_corrupt=lambda why: self._reject(key, why))
+                node: NodeRow = (None, info.n_tokens, info.start, info.token_hash, checksum, layout_json, "")
+                kv = self._nodes.load(key, layout, node, verify=self.verify, layered=layered,
+                                      on_corrupt=lambda why: self._reject(key, why))
             except CorruptNodeError as exc:
                 self._reject(key, str(exc))
                 return None
-            self._count("counting a hit", lambda: self._index.touch(key, nbytes))
-            return kv
+            self._count("counting a hit", lambda: self._index.touch(key, info.nbytes))
+            return replace(kv, row=info)
 
     def prefetch(self, keys: Sequence[str]) -> int:
         """Advise the nodes' files ``posix_fadvise(WILLNEED)`` (asynchronous); how many (0 in memory)."""
@@ -329,8 +329,8 @@ class KVStore:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"KVStore({'memory' if self.path is None else str(self.path)!r}, "
-                f"fingerprint={self.fingerprint!r}, byte_limit={self._byte_limit})")
+        where = "memory" if self.path is None else str(self.path)
+        return f"KVStore({where!r}, fingerprint={self.fingerprint!r}, byte_limit={self._byte_limit})"
 
     # -- internals -----------------------------------------------------------------------
 

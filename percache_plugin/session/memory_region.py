@@ -39,7 +39,7 @@ from ..config import Config
 from ..decode import dtype_device
 from ..kv.cache import slice_chunk
 from ..kv.rounded import drop_if_rounded
-from ..kv.store import ChunkKV
+from ..kv.store import ChunkKV, NodeInfo
 from ..memory.recall import MEMORY_HEADER, memory_block
 from ..reuse import count_origin
 from ..segments import PromptPiece, Segment
@@ -278,15 +278,26 @@ def apply_region(engine: Engine, session: Session, new: list[RegionFact], stats:
 
 
 def _load(engine: Engine, fact: RegionFact) -> tuple[ChunkKV, int, str] | None:
+    """The fact's K/V, the position it was computed at and the hash of the ids before it there
+    ('' unless exact), from the row the tensors were read with (``ChunkKV.row``): the key holds
+    no position, so the row looked up first may have been replaced before the load. A loader
+    that does not say its row: used only when the row is the same before and after the load."""
     key = fact_kv_key(engine.fingerprint, fact)
-    info = engine.store.info(key)
-    if info is None:
+    before = engine.store.info(key)
+    if before is None:  # not stored: no load, no miss counted
         return None
     kv = engine.hooks.load_chunk(engine.ctx, key, fact.ids)
     if kv is None or kv.n_tokens != len(fact.ids) or drop_if_rounded(
             engine.store, key, kv, dtype_device(engine.model)[0], engine.config.torch_storage_dtype):
         return None
-    return kv, info.start, info.extra.get("context", "") if info.extra.get("exact") == "1" else ""
+    row = kv.row if kv.row is not None else before if _same_row(before, engine.store.info(key)) else None
+    if row is None:
+        return None
+    return kv, row.start, row.extra.get("context", "") if row.extra.get("exact") == "1" else ""
+
+
+def _same_row(a: NodeInfo, b: NodeInfo | None) -> bool:
+    return b is not None and (a.created, a.start, a.token_hash, a.extra) == (b.created, b.start, b.token_hash, b.extra)
 
 
 def _compute(engine: Engine, session: Session, ids: list[int]) -> None:
