@@ -89,7 +89,11 @@ def _run(args: argparse.Namespace) -> int:
             print(f"removed {r.documents} document(s): {r.chunks} chunks, {r.kv_nodes} K/V nodes, "
                   f"{r.qa_entries} QA entries; {r.stale_answers} other answers of its scope marked stale")
         elif args.action == "purge":
-            print(f"removed {admin.purge(args.keep)} K/V nodes of other model fingerprints")
+            try:
+                removed = admin.purge(args.keep)
+            except ValueError as exc:
+                raise UsageError(str(exc), "see the fingerprints with 'percache store info PATH'") from exc
+            print(f"removed {removed} K/V nodes of other model fingerprints")
         else:
             if not args.yes:
                 reply = input(f"delete everything in {args.path}? [y/N] ")

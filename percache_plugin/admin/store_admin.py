@@ -18,7 +18,6 @@ import json
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -35,6 +34,7 @@ from ..rag.knowledge import KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
 from ..session.persist import SESSIONS_DB as _SESSIONS_DB
 from ..session.persist import SESSIONS_DIR as _SESSIONS
+from .store_info import DocumentInfo, FingerprintInfo, RemoveReport, StoreInfo, dir_bytes
 
 __all__ = ["StoreAdmin", "StoreInfo", "DocumentInfo", "FingerprintInfo", "RemoveReport",
            "StoreInUseError"]
@@ -58,93 +58,6 @@ class _StoredEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         raise RuntimeError("the store admin does not embed text; open the store with enable()")
-
-
-@dataclass(frozen=True)
-class FingerprintInfo:
-    """K/V of one model fingerprint: nodes, tokens, bytes, and how often they were served."""
-
-    fingerprint: str
-    nodes: int
-    tokens: int
-    bytes: int
-    hits: int
-
-    @property
-    def bytes_per_token(self) -> float:
-        return self.bytes / self.tokens if self.tokens else 0.0
-
-
-@dataclass(frozen=True)
-class DocumentInfo:
-    """A document of the knowledge bank: its chunks and the QA entries built on them."""
-
-    doc_id: str
-    scope: str | None
-    chunks: int
-    words: int
-    qa_entries: int
-
-
-@dataclass
-class StoreInfo:
-    """What :meth:`StoreAdmin.info` found. Sizes are bytes on disk."""
-
-    path: Path
-    bytes_kv: int = 0
-    bytes_knowledge: int = 0
-    bytes_database: int = 0
-    bytes_qa: int = 0
-    documents: int = 0
-    chunks: int = 0
-    qa_entries: int = 0
-    qa_answered: int = 0
-    qa_stale: int = 0
-    qa_hits: int = 0
-    embedder: str | None = None
-    fingerprints: list[FingerprintInfo] = field(default_factory=list)
-
-    @property
-    def bytes_total(self) -> int:
-        return self.bytes_kv + self.bytes_knowledge + self.bytes_database
-
-    def summary(self) -> str:
-        """A few lines a person can read."""
-        mb = 1e6
-        lines = [
-            f"store {self.path}: {self.bytes_total / mb:.1f} MB",
-            f"  K/V tensors     {self.bytes_kv / mb:8.1f} MB",
-            f"  knowledge index {self.bytes_knowledge / mb:8.1f} MB",
-            f"  SQLite database {self.bytes_database / mb:8.1f} MB "
-            f"(QA bank entries {self.bytes_qa / mb:.1f} MB of it)",
-            f"documents {self.documents}, chunks {self.chunks}"
-            + (f" (embedder {self.embedder})" if self.embedder else ""),
-            f"QA bank: {self.qa_entries} entries ({self.qa_answered} answered, "
-            f"{self.qa_stale} stale), served {self.qa_hits} times",
-            f"model fingerprints with K/V: {len(self.fingerprints)}",
-        ]
-        for f in self.fingerprints:
-            lines.append(f"  {f.fingerprint[:16]}  {f.nodes} nodes, {f.tokens} tokens, "
-                         f"{f.bytes / mb:.1f} MB ({f.bytes_per_token / 1e3:.1f} KB/token), "
-                         f"served {f.hits} times")
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class RemoveReport:
-    """What a removal deleted."""
-
-    documents: int = 0
-    chunks: int = 0
-    kv_nodes: int = 0
-    qa_entries: int = 0
-    stale_answers: int = 0  # answers of the document's scopes marked stale (not served)
-
-
-def _dir_bytes(path: Path) -> int:
-    if not path.exists():
-        return 0
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 class StoreAdmin:
@@ -200,8 +113,8 @@ class StoreAdmin:
     def info(self) -> StoreInfo:
         """Sizes by kind, entries, hit counts and the fingerprints present."""
         info = StoreInfo(self.path)
-        info.bytes_kv = _dir_bytes(self.path / "kv")
-        info.bytes_knowledge = _dir_bytes(self.path / _KNOWLEDGE)
+        info.bytes_kv = dir_bytes(self.path / "kv")
+        info.bytes_knowledge = dir_bytes(self.path / _KNOWLEDGE)
         info.bytes_database = sum(f.stat().st_size for f in self.path.glob(DB_NAME + "*"))
         chunks = self.chunks()
         info.chunks = len(chunks)
@@ -254,6 +167,9 @@ class StoreAdmin:
             scopes = set() if kb is None else kb.document_scopes(doc_id)
             scopes = scopes if scope is None else scopes & {scope}
             if kb is None or not scopes:
+                if kb is not None and kb.document_scopes(doc_id):  # held, in other scopes
+                    raise KeyError(f"no document {doc_id!r} in scope {scope!r} in {self.path} "
+                                   f"(its scopes: {sorted(kb.document_scopes(doc_id), key=str)})")
                 known = sorted({c.doc_id for c in self.chunks()})
                 raise KeyError(f"no document {doc_id!r} in {self.path} (documents: {known[:10]})")
             held = {cid for s in scopes for cid in kb.document_chunks(doc_id, s)}
@@ -271,8 +187,11 @@ class StoreAdmin:
             return RemoveReport(len(scopes), len(gone), kv_nodes, len(qa), len(stale))
 
     def purge(self, keep: str | None = None) -> int:
-        """Remove the K/V of every fingerprint but ``keep`` (None: the fingerprint that wrote
-        most recently); returns the number of nodes removed."""
+        """Remove the K/V of every fingerprint but ``keep`` (a fingerprint or a prefix naming
+        one; None: the fingerprint that wrote most recently); returns the number of nodes removed.
+
+        :raises ValueError: ``keep`` names no stored fingerprint, or several (nothing is removed:
+            a mistyped prefix must not purge every fingerprint)."""
         with self.exclusive("purge"):
             return self._purge(keep)
 
@@ -283,9 +202,10 @@ class StoreAdmin:
         if keep is None:
             keep = max(fps, key=lambda fp: max((n.created for n in self.kv_store(fp).nodes()), default=0.0))
         matches = [fp for fp in fps if fp.startswith(keep)]
-        if len(matches) > 1:
-            raise ValueError(f"fingerprint prefix {keep!r} is ambiguous: {matches}")
-        keep = matches[0] if matches else keep
+        if len(matches) != 1:
+            raise ValueError(f"fingerprint prefix {keep!r} is "
+                             f"{'ambiguous' if matches else 'not in the store'}: {matches or fps}")
+        keep = matches[0]
         removed = 0
         for fp in fps:
             if fp == keep:

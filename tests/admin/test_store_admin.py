@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import percache_plugin as percache
 from percache_plugin.admin import StoreAdmin, StoreInUseError
 from percache_plugin.cli import main
-from percache_plugin.kv.store import KVStore
+from percache_plugin.kv.store import ChunkKV, KVStore
 from tests.helpers import tiny_pair
 
 DOCS = [
@@ -203,6 +204,11 @@ def test_a_store_opened_during_remove_or_purge_waits_for_its_end(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: str) -> None:
     store = tmp_path / "store"
     _filled(store)
+    if action == "purge":  # a second fingerprint to keep, so purge removes the first's K/V
+        other = KVStore(store, fingerprint="another-model")
+        other.put("k1", ChunkKV((torch.zeros(1, 2, 4),), (torch.zeros(1, 2, 4),)), parent=None,
+                  start=0, token_ids=[1, 2])
+        other.close()
     started, go, opened = tmp_path / "started", tmp_path / "go", tmp_path / "opened"
     proc = _started(OPENER, [store, started, go, opened], started)
     try:
@@ -223,7 +229,7 @@ def test_a_store_opened_during_remove_or_purge_waits_for_its_end(
             if action == "remove":
                 assert admin.remove_document("ana").documents == 1
             else:
-                assert admin.purge("0000") > 0
+                assert admin.purge("another") > 0
             monkeypatch.undo()
             left = sum(f.nodes for f in admin.info().fingerprints)
         assert during == [False], "the store was opened while the operation ran"
