@@ -40,10 +40,22 @@ def parse_documents(body: Any) -> list[str | dict[str, Any]]:
             if extra:
                 raise APIError(400, f"documents[{i}] has unknown keys {sorted(extra)} (a document "
                                "takes the scope of the token that adds it)", param=f"documents[{i}]")
+            _check_fields(d, i)
             continue
         raise APIError(400, f"documents[{i}] must be a non-empty text or an object with a non-empty "
                        "'text'", param=f"documents[{i}]")
     return docs
+
+
+def _check_fields(doc: dict[str, Any], i: int) -> None:
+    # add_documents raises TypeError/ValueError for these, which would reach the client as a 500
+    doc_id, metadata = doc.get("id"), doc.get("metadata")
+    if doc_id is not None and not (isinstance(doc_id, str) and doc_id):
+        raise APIError(400, f"documents[{i}].id must be a non-empty string", param=f"documents[{i}].id")
+    if metadata is not None and not (isinstance(metadata, dict)
+                                     and all(isinstance(v, str) for v in metadata.values())):
+        raise APIError(400, f"documents[{i}].metadata must be an object of string values",
+                       param=f"documents[{i}].metadata")
 
 
 def rag_routes(state: ServerState) -> list[Route]:

@@ -24,6 +24,10 @@ def test_documents_are_added_once(server: Any) -> None:
 @pytest.mark.parametrize(("docs", "param"), [
     ([], "documents"), ("text", "documents"), ([""], "documents[0]"), ([3], "documents[0]"),
     ([{"text": "x", "scope": "bob"}], "documents[0]"),
+    # a metadata value or an id of another type is the client's error (400), not the server's (500)
+    (["y", {"text": "x", "metadata": {"a": 1}}], "documents[1].metadata"),
+    ([{"text": "x", "metadata": "tag"}], "documents[0].metadata"),
+    ([{"text": "x", "id": 5}], "documents[0].id"), ([{"text": "x", "id": ""}], "documents[0].id"),
 ])
 def test_bad_documents_are_refused(server: Any, docs: Any, param: str) -> None:
     status, body = post_json(server, "/v1/documents", {"documents": docs})
