@@ -56,9 +56,14 @@ class ReuseRunner:
         # A splice forward only fills the cache: it runs the decoder without the lm head (over
         # every computed position that head cost about a fifth of the forward's FLOPs on
         # SmolLM2), or, where the model names no separate decoder, asks for one position's logits.
+        # ModernBERT-decoder's get_decoder() answers its vocabulary projection (an nn.Linear named
+        # "decoder"): only a module that takes input ids and positions is the backbone.
         get_decoder = getattr(model, "get_decoder", None)
         decoder = get_decoder() if callable(get_decoder) else None
-        self._fill = decoder if isinstance(decoder, torch.nn.Module) and decoder is not model else model
+        self._fill: torch.nn.Module = model
+        if isinstance(decoder, torch.nn.Module) and decoder is not model and \
+                {"input_ids", "position_ids"} <= set(inspect.signature(decoder.forward).parameters):
+            self._fill = decoder
         self._no_logits: dict[str, Any] = (
             {"logits_to_keep": 1} if self._fill is model
             and "logits_to_keep" in inspect.signature(model.forward).parameters else {})

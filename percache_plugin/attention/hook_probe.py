@@ -13,7 +13,9 @@ caches of DeepSeek-V3.2-style sparse attention) refuses the model with
 :class:`~percache_plugin.attention.kinds.UnsupportedModelError`, and so does a model whose
 forward does not continue from a plain cache token by token (two new tokens over the cache of
 four give other logits than one six-token forward, or raise: CPM-Ant, which prepends learned
-prompt tokens and expects the whole sequence at every step).
+prompt tokens and expects the whole sequence at every step), or whose attention is bidirectional
+(a token's logits change when the tokens after it do: the causal-LM classes of BERT-style
+encoders built with ``is_decoder=False``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def _check_continuation(model: nn.Module, ids: torch.Tensor, vocab: int) -> None
                 if "position_ids" not in str(exc):
                     raise
                 got, want = _continue_and_full(model, ids, full, positions=False)
+            _check_causal(model, full, vocab)
+    except UnsupportedModelError:
+        raise
     except Exception as exc:
         raise UnsupportedModelError(
             f"percache cannot be enabled on {name}: a forward of new tokens over a plain per-token "
@@ -68,6 +73,27 @@ def _check_continuation(model: nn.Module, ids: torch.Tensor, vocab: int) -> None
             f"percache cannot be enabled on {name}: new tokens fed over a plain per-token K/V cache "
             f"give other logits than one forward of the whole sequence (max|dlogits|={diff:.3g}); "
             "the model does not continue from cached K/V token by token")
+
+
+def _check_causal(model: nn.Module, full: torch.Tensor, vocab: int) -> None:
+    """Refuse a model whose earlier tokens' logits change when only the last two tokens do:
+    its attention looks ahead, so a prefix's K/V depends on what follows it. Same shapes in
+    both forwards, so a causal model gives the same numbers (kernel rounding aside).
+
+    :raises UnsupportedModelError: the earlier logits moved."""
+    other = full.clone()
+    other[0, -2:] = torch.tensor([min(t, vocab - 1) for t in (3, 11)], device=full.device)
+    a, b = (model(input_ids=x).logits[0, :-2].float() for x in (full, other))
+    diff = float((a - b).abs().max())
+    if diff > 1e-4 * (1 + float(a.abs().max())):
+        config = text_config(model)
+        hint = (f"; its config has is_decoder=False: load it with is_decoder=True to use "
+                f"{type(model).__name__} as a causal LM" if getattr(config, "is_decoder", None)
+                is False else "")
+        raise UnsupportedModelError(
+            f"percache cannot be enabled on {type(model).__name__}: its attention is "
+            f"bidirectional (logits of earlier tokens change when later tokens do, "
+            f"max|dlogits|={diff:.3g}), so a prefix's K/V depends on what follows it{hint}")
 
 
 def _continue_and_full(model: nn.Module, head: torch.Tensor, full: torch.Tensor,

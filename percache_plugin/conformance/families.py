@@ -35,6 +35,9 @@ TINY_SIZES: Mapping[str, Any] = MappingProxyType({
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
     "max_position_embeddings": 8192, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 1,
     "decoder_start_token_id": 0,
+    # the causal-LM classes of encoder families (BERT, RoBERTa, ...) attend both ways unless
+    # is_decoder, as their docs say to set; percache refuses them bidirectional
+    "is_decoder": True,
     # MoE, MLA, SSM and other family-specific sizes, set only where the config has the field
     "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "expert_hidden_size": 32,
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,

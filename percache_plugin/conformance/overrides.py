@@ -79,6 +79,7 @@ FAMILY_OVERRIDES: Mapping[str, Mapping[str, Any]] = MappingProxyType({
                             "full_attention": None},
     },
     "zaya": {"num_experts_per_tok": 1},
+    "xlm": {"causal": True},  # XLM's flag for a causal (language-model) attention mask
     # 6 hash tables of 500,002 rows by default; the local models read the global width
     "blt": {"encoder_hash_byte_group_vocab": 1024, "encoder_config": {"hidden_size_global": 64},
             "decoder_config": {"hidden_size_global": 64}},

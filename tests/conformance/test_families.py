@@ -5,8 +5,10 @@ suite on a KV-sharing family (Gemma 3n)."""
 from __future__ import annotations
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
-from percache_plugin.conformance import PASS, SuiteOptions, byte_tokenizer, run_suite
+from percache_plugin.conformance import NA, PASS, SuiteOptions, byte_tokenizer, run_suite
 from percache_plugin.conformance.families import Unbuildable, build_family, tiny_config
 from percache_plugin.conformance.overrides import DROP, FAMILY_SKIPS, apply_overrides
 from tests.conformance.helpers import by_name
@@ -75,3 +77,31 @@ def test_rope_shift_on_a_kv_sharing_model_checks_the_layers_its_cache_holds() ->
     result = by_name(report)["rope_shift"]
     assert result.status == PASS, result.outcome.message
     assert len(result.outcome.details["per_layer"]) == 2
+
+
+def test_splice_fills_the_cache_through_the_backbone_not_get_decoder_s_head() -> None:
+    # ModernBERT-decoder's get_decoder() returns its vocabulary projection (an nn.Linear named
+    # "decoder"); splice forwards called it with input_ids and raised TypeError, so shifted
+    # reuse failed on it.
+    model = build_family("modernbert-decoder")
+    report = run_suite(model, byte_tokenizer(), label="modernbert-decoder",
+                       options=SuiteOptions(min_agreement=0.5), checks=["splice_recompute_all"])
+    result = by_name(report)["splice_recompute_all"]
+    assert result.status == PASS, result.outcome.message
+
+
+def test_a_bidirectional_causal_lm_class_is_refused_naming_is_decoder() -> None:
+    # MegatronBertForCausalLM with is_decoder=False attends both ways: chunk K/V computed
+    # without the tokens after it differs from a full prefill's; enable() accepted it and
+    # draft_tree failed on it. The matrix now builds such families with is_decoder=True.
+    config = tiny_config("megatron-bert")
+    assert config.is_decoder is True
+    config.is_decoder = False
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config).eval()
+    report = run_suite(model, byte_tokenizer(), label="megatron-bert",
+                       options=SuiteOptions(min_agreement=0.5), checks=["exact_reuse"])
+    result = by_name(report)["exact_reuse"]
+    assert result.status == NA
+    assert "bidirectional" in result.outcome.message and "is_decoder=True" in result.outcome.message
