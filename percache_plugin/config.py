@@ -116,7 +116,8 @@ class Config:
         "memory, so a hit reads no file, checks no checksum and copies once into the request's "
         "cache. 0 turns it off. The default (256 MiB, about 5,800 tokens of SmolLM2-135M fp32 "
         "K/V) holds a system prefix, a session and a few retrieved chunks; see "
-        "docs/BENCHMARKS.md, 'Buffer cache'.",
+        "docs/BENCHMARKS.md, 'Buffer cache'. Over a store held in memory (store=None) the tier "
+        "keeps no copy and serves the store's own tensors, uncopied (counted as 'shared').",
         256 * 2**20,
     )
     ram_join_buffers: bool = _help(

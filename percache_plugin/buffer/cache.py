@@ -74,6 +74,12 @@ class BufferCache(Generic[V]):
             self.stats.bytes_hit += entry[1]
             return entry[0]
 
+    def count_hit(self, size: int) -> None:
+        """Count a hit served without an entry (the RAM tier over a store held in memory)."""
+        with self._lock:
+            self.stats.hits += 1
+            self.stats.bytes_hit += size
+
     def offer(self, key: Hashable, value: V, size: int, cls: str = "") -> bool:
         """After a miss on ``key``: count it and let the policy decide to keep ``value``."""
         with self._lock:

@@ -90,12 +90,13 @@ class RamTierKV:
         self.joins = None
 
     def ram_tier_stats(self) -> dict[str, float]:
-        """Hits, misses (``bypassed``: of them, chunks not kept), bytes and hit ratio of the tier, and the bytes, reuses, fresh
+        """Hits (``shared``: of them, served with an in-memory store's own tensors, nothing held), misses
+        (``bypassed``: of them, chunks not kept), bytes and hit ratio of the tier, and the bytes, reuses, fresh
         allocations and busy misses of its join buffers (empty before the first load)."""
         if self.tier is None:
             return {}
         s, j = self.tier.stats, self.joins
-        return {"hits": s.hits, "misses": s.misses, "stale": self.tier.stale,
+        return {"hits": s.hits, "misses": s.misses, "stale": self.tier.stale, "shared": self.tier.shared,
                 "evictions": s.evictions, "bypassed": s.bypassed, "bytes": self.tier.cache.used, "hit_ratio": s.hit_ratio,
                 "join_bytes": j.nbytes if j else 0, "join_reuses": j.stats.reuses if j else 0,
                 "join_allocations": j.stats.allocations if j else 0, "join_busy": j.stats.busy if j else 0}

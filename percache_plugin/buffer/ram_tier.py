@@ -15,6 +15,11 @@ tier of every put and removal (``KVStore.add_listener``), which frees the memory
 A hit still counts for the store's own eviction (a node read from RAM all the time is hot, not
 cold): it is passed to :meth:`~percache_plugin.kv.store.KVStore.record_hit`, which buffers the
 counts in memory and writes them in one transaction (before an eviction, or every few hits).
+A store held in memory (``store=None``) already keeps every node's tensors in RAM: the tier
+holds no copy of them (it would hold each node twice, up to the whole budget) and serves the
+store's own tensors instead, uncopied (``KVStore.get(shared=True)``), counted as hits and as
+``shared``; they are current by construction, and bound by the same rule (never mutated).
+
 What :meth:`KVRamTier.get` returns says where it came from (``ChunkKV.origin``: ``"ram"`` or
 ``"store"``), which the request's stats count.
 """
@@ -62,6 +67,7 @@ class KVRamTier:
         self.policy_name = policy if isinstance(policy, str) else policy.name
         self.tracer = tracer
         self.stale = 0
+        self.shared = 0  # hits served with an in-memory store's own tensors (nothing held)
         self._pending: list[tuple[KVStore, str, ChunkKV, tuple[float, str, int], str]] = []
         self._listeners: dict[int, tuple[KVStore, Callable[[str], None]]] = {}
         self.store = store
@@ -96,6 +102,8 @@ class KVRamTier:
             self.invalidate(key)
             return None
         cls = "hot" if info.parent is None else ""
+        if self.store.path is None:
+            return self._shared(key, token_ids, info.nbytes, cls)
         ck: Hashable = (self.store.fingerprint, key)
         held = self.cache.peek(ck)
         if held is not None:
@@ -120,6 +128,16 @@ class KVRamTier:
         else:
             self._offer(self.store, key, kv, _version(info), cls)
         return replace(kv, origin="store")
+
+    def _shared(self, key: str, token_ids: Sequence[int], nbytes: int, cls: str) -> ChunkKV | None:
+        """A node of a store held in memory: the store's own tensors, no copy kept."""
+        kv = self.store.get(key, token_ids=token_ids, shared=True)
+        self._trace(key, nbytes, cls)
+        if kv is None:
+            return None
+        self.shared += 1
+        self.cache.count_hit(kv.nbytes)
+        return replace(kv, origin="ram")
 
     def _offer(self, store: KVStore, key: str, kv: ChunkKV, version: tuple[float, str, int], cls: str) -> None:
         after = store.info(key)  # the row we read may have been replaced meanwhile

@@ -39,9 +39,12 @@ class NodeBackend(Protocol):
               layout: list[TensorSpec], row: NodeRow) -> bool: ...
 
     def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool,
-             layered: bool = False, on_corrupt: Callable[[str], None] | None = None) -> ChunkKV:
+             layered: bool = False, on_corrupt: Callable[[str], None] | None = None,
+             shared: bool = False) -> ChunkKV:
         """The node's K/V. ``layered``: a chunk still being read may be returned
-        (``ChunkKV.pending``; ``on_corrupt(reason)`` is called once if a layer fails later)."""
+        (``ChunkKV.pending``; ``on_corrupt(reason)`` is called once if a layer fails later).
+        ``shared``: tensors held in memory may be returned themselves, not copied (the caller
+        never mutates them); others are read afresh anyway."""
 
     def prefetch(self, keys: Sequence[str]) -> int:
         """Start reading these nodes' tensors ahead of :meth:`load` (asynchronous, best-effort);
@@ -78,10 +81,13 @@ class MemoryNodes:
             raise
 
     def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool,
-             layered: bool = False, on_corrupt: Callable[[str], None] | None = None) -> ChunkKV:
+             layered: bool = False, on_corrupt: Callable[[str], None] | None = None,
+             shared: bool = False) -> ChunkKV:
         stored = self._tensors.get(key)
         if stored is None:
             raise CorruptNodeError("tensors missing from memory")
+        if shared:
+            return stored
         return ChunkKV(tuple(t.clone() for t in stored.keys), tuple(t.clone() for t in stored.values))
 
     def prefetch(self, keys: Sequence[str]) -> int:
@@ -126,7 +132,8 @@ class FileNodes:
                                                    checksum, layout_json, extra))
 
     def load(self, key: str, layout: list[TensorSpec], row: NodeRow, *, verify: bool,
-             layered: bool = False, on_corrupt: Callable[[str], None] | None = None) -> ChunkKV:
+             layered: bool = False, on_corrupt: Callable[[str], None] | None = None,
+             shared: bool = False) -> ChunkKV:
         checksum = row[4]
         n_layers = sum(1 for n, _, _ in layout if n.startswith("k."))
         try:

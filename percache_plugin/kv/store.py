@@ -213,8 +213,10 @@ class KVStore:
             self._evict_to_limit(protect=key)
             return self._index.row(key, "1") is not None
 
-    def get(self, key: str, *, token_ids: Sequence[int] | None = None, layered: bool = False) -> ChunkKV | None:
-        """The node's K/V (a fresh copy, stored dtype, CPU, ``ChunkKV.row`` the row read with it) or None.
+    def get(self, key: str, *, token_ids: Sequence[int] | None = None, layered: bool = False,
+            shared: bool = False) -> ChunkKV | None:
+        """The node's K/V (a fresh copy, stored dtype, CPU, ``ChunkKV.row`` the row read with it) or
+        None. ``shared``: in memory, the store's own tensors (never to be mutated), not a copy.
 
         A node that fails any check (file, header, layout, checksum, fingerprint, token ids,
         its database row) is logged, counted as a miss and as corrupt, and removed;
@@ -238,7 +240,7 @@ class KVStore:
                 return None
             try:
                 node: NodeRow = (None, info.n_tokens, info.start, info.token_hash, checksum, layout_json, "")
-                kv = self._nodes.load(key, layout, node, verify=self.verify, layered=layered,
+                kv = self._nodes.load(key, layout, node, verify=self.verify, layered=layered, shared=shared,
                                       on_corrupt=lambda why: self._reject(key, why))
             except CorruptNodeError as exc:
                 self._reject(key, str(exc))
@@ -333,7 +335,6 @@ class KVStore:
         return f"KVStore({where!r}, fingerprint={self.fingerprint!r}, byte_limit={self._byte_limit})"
 
     # -- internals -----------------------------------------------------------------------
-
     def _evict_to_limit(self, protect: str | None) -> int:
         if self._byte_limit is None:
             return 0
@@ -342,8 +343,7 @@ class KVStore:
             return 0
         victims = expand_subtrees(self.eviction(nodes, self._byte_limit, protect), nodes)
         if victims:
-            log.debug("percache store: evicting %d node(s) to reach %d bytes", len(victims),
-                      self._byte_limit)
+            log.debug("percache store: evicting %d node(s) to reach %d bytes", len(victims), self._byte_limit)
             if not self._remove(victims, evictions=len(victims)):
                 return 0
         return len(victims)

@@ -8,6 +8,7 @@ same requests with ``ram_cache_bytes=0`` give the same tokens and flags."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,31 @@ def _check_held(pc: Any, path: Path, fresh: dict[str, KVStore]) -> int:
     return compared
 
 
-def _requests(path: Path, ram: int) -> tuple[list[tuple[Any, ...]], int, int]:
+def every_kind_handle(store: Path | None, ram: int) -> Any:
+    """A handle for :func:`every_kind`: shifted reuse, facts spliced, 16-token prefix blocks."""
     model, tok = tiny_pair("llama", initializer_range=0.5)
-    pc = percache.enable(model, tok, store=path, ram_cache_bytes=ram, reuse="shifted", embedder="hash",
+    pc = percache.enable(model, tok, store=store, ram_cache_bytes=ram, reuse="shifted", embedder="hash",
                          predict="off", memory_recall=True, memory_threshold=0.0,
                          memory_recall_mode="splice", prefix_block_tokens=16)
     for fact in FACTS:
         pc.memory.add(fact, scope="ana")
+    return pc
+
+
+def every_kind(pc: Any, record: Callable[[Any], None]) -> None:
+    """Requests of every kind, each reply passed to ``record``: exact and shifted reuse, drafts,
+    session turns extended from stored blocks with memory facts spliced."""
+    for segments in (SEGMENTS, SEGMENTS, SEGMENTS, SHIFTED, SHIFTED, SHIFTED, SEGMENTS):
+        record(pc.generate(segments, **GEN))  # exact, then shifted chunks from RAM
+    record(pc.generate(SEGMENTS, max_new_tokens=16, do_sample=False, prediction=SEGMENTS[2]))  # drafts
+    for name in ("a", "b", "c", "d"):  # each session: the same head, the blocks stored before
+        pc.sessions.create(name, system="Be brief, be kind, be exact, be quick.")
+        record(pc.chat(ASK, session=name, memory_scope="ana", max_new_tokens=4))
+        record(pc.chat("And who else?", session=name, memory_scope="ana", max_new_tokens=4))
+
+
+def _requests(path: Path, ram: int) -> tuple[list[tuple[Any, ...]], int, int]:
+    pc = every_kind_handle(path, ram)
     fresh: dict[str, KVStore] = {}
     seen: list[tuple[Any, ...]] = []
     served: list[int] = []  # the request's stats.ram_hits (not compared: 0 without the tier)
@@ -70,13 +89,7 @@ def _requests(path: Path, ram: int) -> tuple[list[tuple[Any, ...]], int, int]:
         if ram:
             compared += _check_held(pc, path, fresh)
 
-    for segments in (SEGMENTS, SEGMENTS, SEGMENTS, SHIFTED, SHIFTED, SHIFTED, SEGMENTS):
-        record(pc.generate(segments, **GEN))  # exact, then shifted chunks from RAM
-    record(pc.generate(SEGMENTS, max_new_tokens=16, do_sample=False, prediction=SEGMENTS[2]))  # drafts
-    for name in ("a", "b", "c", "d"):  # each session: the same head, the blocks stored before
-        pc.sessions.create(name, system="Be brief, be kind, be exact, be quick.")
-        record(pc.chat(ASK, session=name, memory_scope="ana", max_new_tokens=4))
-        record(pc.chat("And who else?", session=name, memory_scope="ana", max_new_tokens=4))
+    every_kind(pc, record)
     pc.close()
     for store in fresh.values():
         store.close()
