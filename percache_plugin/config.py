@@ -101,8 +101,11 @@ class Config:
         None,
     )
     kv_byte_limit: int | None = _help(
-        "Byte limit of the K/V store (tensor files); nodes chosen by kv_eviction are evicted "
-        "beyond it. None means unlimited.",
+        "Byte limit of the K/V store's tensor files of one model fingerprint; nodes chosen by "
+        "kv_eviction are evicted beyond it. Each fingerprint under the store path (other "
+        "weights: a LoRA persona's, an earlier model's) has a limit of its own, so the store's "
+        "K/V on disk may reach this times the fingerprints it holds ('percache store info' lists "
+        "them, 'percache store purge' drops the others'). None means unlimited.",
         2 * 1024**3,
     )
     kv_eviction: str = _help(
