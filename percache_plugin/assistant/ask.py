@@ -102,6 +102,7 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     shared = a.engine.store.path is not None  # other handles or processes may change the documents
     # Another thread, handle or process may remove or forget a source while this one generates.
     known = _resolvable(a, ordered)
+    unresolved = [c for c in ordered if c not in known] if shared else []
     if a.config.drafting and "drafts" not in generate_kwargs:
         generate_kwargs["drafts"] = qa_drafts(a, query, scope)
     with _checked_on_failure(a, known):
@@ -113,6 +114,7 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     if isinstance(ending, str):
         with best_effort("dropping what was built on sources gone meanwhile", a.engine.stats(), gen.stats):
             _drop_gone(a, known)  # the K/V the request stored for them
+            _drop_vanished(a, query, scope, unresolved)
         return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                       not_stored=ending)
     with best_effort("storing the answer in the QA bank", a.engine.stats(), gen.stats):
@@ -122,7 +124,7 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
         # Another thread, handle or process may have replaced or forgotten a source meanwhile
         # and deleted the answers (and K/V) built on it before this one was stored: drop them
         # now (after the store, so either this check or that deletion sees the answer).
-        gone = _drop_gone(a, known)
+        gone = _drop_gone(a, known) + _drop_vanished(a, query, scope, unresolved)
         if gone:
             return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                           not_stored=f"its sources changed while it was generated: {', '.join(gone)}")
@@ -143,6 +145,20 @@ def _drop_gone(a: Assistant, known: Sequence[Chunk]) -> list[str]:
     under every fingerprint, their predictions)."""
     resolved = _resolvable(a, known)
     gone = [c.id for c in known if c not in resolved]
+    if gone:
+        forget_chunks(a.ctx, gone)
+    return gone
+
+
+def _drop_vanished(a: Assistant, query: Query, scope: str | None, unresolved: Sequence[Chunk]) -> list[str]:
+    """Of the retrieved chunks that did not resolve when the request began (a plugin's own, or
+    ones another handle or process removed right after their retrieval, which the check of
+    ``known`` never sees), the ids of those that still do not and that the question no longer
+    retrieves: removed. What was built on them goes, as in :func:`_drop_gone`."""
+    if not unresolved:
+        return []
+    now = {c.id for c in a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)}
+    gone = [c.id for c in unresolved if c.id not in now and not _resolvable(a, [c])]
     if gone:
         forget_chunks(a.ctx, gone)
     return gone
