@@ -145,8 +145,8 @@ class KnowledgeBank:
         if held - stored:
             self._index.remove(held - stored)
         missing = stored - held
-        if missing:
-            rows = self._rows.fetch(missing)
+        rows = self._rows.fetch(missing) if missing else []
+        if rows:  # none when another process deleted them since ids(): gone
             lost = [i for i, (_, v) in enumerate(rows) if v is None]
             vectors = [v for _, v in rows]
             if lost:
