@@ -58,7 +58,8 @@ class Answer:
         later as the answer; it was sampled or beam-searched: the bank serves greedy answers; it
         was generated with keyword arguments that change greedy tokens, outside
         ``exact_kwargs.EXACT_KWARGS``: such a request neither reads nor writes the bank; a
-        source changed while it was generated); empty when it was stored. An answer that ended
+        source changed while it was generated; the store failed, as for an answer larger than
+        the whole ``qa_byte_limit``); empty when it was stored. An answer that ended
         on ``max_new_tokens`` is stored with its tokens and served only to requests with a cap
         no larger (``rag/qa_length.py``).
     """
@@ -128,6 +129,9 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
         if gone:
             return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                           not_stored=f"its sources changed while it was generated: {', '.join(gone)}")
+        if failed:  # e.g. an answer larger than the whole qa_byte_limit
+            return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
+                          not_stored=f"storing it failed in {failed} QA-bank plugin(s) (logged)")
         if shared and _retrieval_moved(a, query, scope, text, sources):
             return Answer(text, "generated", sources, stats=gen.stats, latency_s=time.perf_counter() - t0,
                           not_stored="the question retrieves other sources since: refreshed in idle time")

@@ -40,3 +40,16 @@ def test_a_correction_outlives_the_answers_evicted_around_it(tmp_path: Path) -> 
     again = pc.ask(QUESTIONS[0], max_new_tokens=4)
     assert (again.source, again.text) == ("qa_bank", "Day zero, room zero.")
     pc.disable()
+
+
+def test_an_answer_larger_than_the_qa_byte_limit_says_it_was_not_stored(tmp_path: Path) -> None:
+    fresh = _handle(None, use_qa_bank=False, use_kv=False)
+    want = fresh.ask(QUESTIONS[1], max_new_tokens=4).text
+    fresh.disable()
+    pc = _handle(tmp_path, qa_byte_limit=100)  # smaller than any entry
+    for _ in range(2):
+        answer = pc.ask(QUESTIONS[1], max_new_tokens=4)
+        assert (answer.source, answer.text) == ("generated", want)
+        assert "storing it failed" in answer.not_stored
+    assert pc.assistant.qa_bank.entries() == []
+    pc.disable()
