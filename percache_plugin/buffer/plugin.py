@@ -57,6 +57,14 @@ class RamTierKV:
         return self._tier(ctx).get(key, token_ids, layered=layered)
 
     @hookimpl(tryfirst=True)
+    def percache_load_head(self, ctx: EngineContext, name: str, version: tuple[object, ...],
+                           load: Callable[[], ChunkKV | None]) -> ChunkKV | None:
+        """A persona head snapshot from RAM while its row is ``version`` (``KVRamTier.get_other``)."""
+        if not ctx.config.ram_cache_bytes:
+            return None
+        return self._tier(ctx).get_other(("head", name), version, load)
+
+    @hookimpl(tryfirst=True)
     def percache_join_buffers(self, ctx: EngineContext) -> JoinBuffers | None:
         """The tier's join buffers (``Config.ram_join_buffers``, with the tier on)."""
         if not (ctx.config.ram_cache_bytes and ctx.config.ram_join_buffers):

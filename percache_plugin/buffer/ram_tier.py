@@ -41,7 +41,7 @@ __all__ = ["KVRamTier"]
 @dataclass(frozen=True)
 class _Entry:
     kv: ChunkKV
-    version: tuple[float, str, int]
+    version: tuple[object, ...]
 
 
 def _version(info: NodeInfo) -> tuple[float, str, int]:
@@ -68,7 +68,7 @@ class KVRamTier:
         self.tracer = tracer
         self.stale = 0
         self.shared = 0  # hits served with an in-memory store's own tensors (nothing held)
-        self._pending: list[tuple[KVStore, str, ChunkKV, tuple[float, str, int], str]] = []
+        self._pending: list[tuple[KVStore, str, ChunkKV, tuple[object, ...], str]] = []
         self._listeners: dict[int, tuple[KVStore, Callable[[str], None]]] = {}
         self.store = store
         self.bind(store)
@@ -129,6 +129,24 @@ class KVRamTier:
             self._offer(self.store, key, kv, _version(info), cls)
         return replace(kv, origin="store")
 
+    def get_other(self, key: Hashable, version: tuple[object, ...],
+                  load: Callable[[], ChunkKV | None]) -> ChunkKV | None:
+        """K/V from another source than the store (a persona head snapshot, always ``hot``):
+        the copy held while its source's row is still ``version`` (read by the caller just
+        before, ``load`` checking what it reads against it), else ``load()``, kept."""
+        held = self.cache.peek(key)
+        if held is not None:
+            if held.version == version:
+                self.cache.lookup(key, "hot")
+                return held.kv
+            self.cache.invalidate(key)
+            self.stale += 1
+        kv = load()
+        if kv is None:
+            return None
+        self.cache.offer(key, _Entry(replace(kv, origin="ram", pending=None), version), kv.nbytes, "hot")
+        return replace(kv, origin="store")
+
     def _shared(self, key: str, token_ids: Sequence[int], nbytes: int, cls: str) -> ChunkKV | None:
         """A node of a store held in memory: the store's own tensors, no copy kept."""
         kv = self.store.get(key, token_ids=token_ids, shared=True)
@@ -139,7 +157,7 @@ class KVRamTier:
         self.cache.count_hit(kv.nbytes)
         return replace(kv, origin="ram")
 
-    def _offer(self, store: KVStore, key: str, kv: ChunkKV, version: tuple[float, str, int], cls: str) -> None:
+    def _offer(self, store: KVStore, key: str, kv: ChunkKV, version: tuple[object, ...], cls: str) -> None:
         after = store.info(key)  # the row we read may have been replaced meanwhile
         if after is not None and _version(after) == version:
             self.cache.offer((store.fingerprint, key), _Entry(replace(kv, origin="ram", pending=None), version),

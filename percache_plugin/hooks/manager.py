@@ -142,6 +142,10 @@ class Hooks:
         impls = getattr(self.pm.hook, hook).get_hookimpls()
         return all(arg in impl.argnames for impl in impls if impl.wrapper or impl.hookwrapper)
 
+    def load_head(self, ctx: EngineContext, name: str, version: tuple[object, ...],
+                  load: Callable[[], ChunkKV | None]) -> ChunkKV | None:
+        return self._hook.percache_load_head(ctx=ctx, name=name, version=version, load=load)  # type: ignore[no-any-return]
+
     def join_buffers(self, ctx: EngineContext) -> JoinBuffers | None:
         return self._hook.percache_join_buffers(ctx=ctx)  # type: ignore[no-any-return]
 

@@ -161,6 +161,25 @@ def percache_load_chunk(ctx: EngineContext, key: str, token_ids: tuple[int, ...]
 
 
 @hookspec(firstresult=True)
+def percache_load_head(ctx: EngineContext, name: str, version: tuple[object, ...],
+                       load: Callable[[], ChunkKV | None]) -> ChunkKV | None:
+    """Load a persona head snapshot (the K/V of a session's persistent head,
+    :mod:`percache_plugin.personas.heads`). firstresult.
+
+    ``load()`` reads the snapshot file, checked against the row ``version`` comes from (None:
+    missing or corrupt). The RAM tier serves the copy it holds while the row is still
+    ``version``, else calls ``load`` and keeps the result; the default calls ``load``. Snapshots
+    kept in memory (no store directory) are not loaded through this hook.
+
+    :param ctx: the engine context.
+    :param name: the snapshot's name: its fingerprint and head key.
+    :param version: the snapshot's row now (file, checksum, tokens).
+    :param load: reads the snapshot.
+    :return: the head's K/V (``ChunkKV.origin`` says where it came from), or None.
+    """
+
+
+@hookspec(firstresult=True)
 def percache_join_buffers(ctx: EngineContext) -> JoinBuffers | None:
     """Memory to join a request's exact-prefix chunks into, lent from one request to the next.
     firstresult.

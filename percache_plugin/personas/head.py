@@ -8,20 +8,23 @@ import time
 import torch
 from transformers import DynamicCache
 
+from ..reuse import count_origin
 from ..session.evict import compact
 from ..session.layout import ChatLayout
 from ..session.reply import ChatStats
 from ..session.state import Session, cache_tokens
-from .heads import HeadSnapshots
+from .heads import HeadLoader, HeadSnapshots
 from .registry import Persona
 
 __all__ = ["enter_head", "snapshot_head"]
 
 
 def enter_head(session: Session, persona: Persona, layout: ChatLayout, snapshots: HeadSnapshots,
-               fingerprint: str, stats: ChatStats, dtype: torch.dtype, device: torch.device) -> bool:
+               fingerprint: str, stats: ChatStats, dtype: torch.dtype, device: torch.device,
+               via: HeadLoader | None = None) -> bool:
     """Give ``session`` the persona's head and, when its cache is empty, load the head's K/V
-    from the snapshot for ``fingerprint``. Returns whether the head's K/V should be
+    from the snapshot for ``fingerprint`` (read ``via`` the RAM tier: counted in
+    ``stats.ram_hits`` / ``ram_misses``). Returns whether the head's K/V should be
     snapshotted after the turn (the cache was empty and no snapshot was found).
 
     A session whose head was another one (another persona, or none) keeps its turns; its
@@ -42,10 +45,11 @@ def enter_head(session: Session, persona: Persona, layout: ChatLayout, snapshots
         stats.persona_head = "session"
         return False
     t0 = time.perf_counter()
-    kv = snapshots.get(fingerprint, head)
+    kv = snapshots.load(fingerprint, head, via)
     if kv is None:
         return True
-    for i, (k, v) in enumerate(kv):
+    count_origin(kv, stats)
+    for i, (k, v) in enumerate(zip(kv.keys, kv.values, strict=True)):
         session.cache.update(k.to(device=device, dtype=dtype)[None], v.to(device=device, dtype=dtype)[None], i)
     stats.persona_head = "snapshot"
     stats.persona_head_tokens = len(head)

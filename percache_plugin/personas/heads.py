@@ -6,7 +6,8 @@ included) give the same K/V, so a snapshot is served only to that pair, never un
 adapter or prompt. Each snapshot is one safetensors file (written to a temp file, fsynced,
 renamed; its fingerprint in the metadata, a checksum in SQLite); a missing or corrupt file is
 a miss (the head is prefilled and written again), never a wrong cache. Without a store
-directory the snapshots are kept in memory.
+directory the snapshots are kept in memory. Read from files, they go through the RAM tier
+(``percache_load_head``): a persona's head is read at every switch to it.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import torch
 
 from ..filemodes import private_dir
+from ..kv.chunk import ChunkKV
 from ..kv.integrity import (
     CorruptNodeError,
     TensorSpec,
@@ -29,7 +31,7 @@ from ..kv.integrity import (
 )
 from ..sqlite_tx import Schema, checkpoint, connect, transaction
 
-__all__ = ["HEADS_DIR", "HeadKV", "HeadSnapshots", "SCHEMA", "head_key"]
+__all__ = ["HEADS_DIR", "HeadKV", "HeadLoader", "HeadSnapshots", "SCHEMA", "head_key"]
 
 HEADS_DIR = "personas"
 
@@ -41,6 +43,9 @@ CREATE TABLE IF NOT EXISTS persona_heads (
 
 HeadKV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer, keys and values shaped ``(heads, tokens, head_dim)``."""
+
+HeadLoader = Callable[[str, tuple[object, ...], Callable[[], "ChunkKV | None"]], "ChunkKV | None"]
+"""``via(name, version, read)`` of :meth:`HeadSnapshots.load`."""
 
 
 def head_key(head_ids: list[int]) -> str:
@@ -67,22 +72,35 @@ class HeadSnapshots:
 
     def get(self, fingerprint: str, head_ids: list[int]) -> HeadKV | None:
         """The head's K/V under ``fingerprint``; None when there is no valid snapshot."""
+        kv = self.load(fingerprint, head_ids)
+        return None if kv is None else list(zip(kv.keys, kv.values, strict=True))
+
+    def load(self, fingerprint: str, head_ids: list[int], via: HeadLoader | None = None) -> ChunkKV | None:
+        """The head's K/V under ``fingerprint`` (None: no valid snapshot). ``via(name, version,
+        read)``: what reads a snapshot file (the ``percache_load_head`` hook: the RAM tier),
+        given its row (``version``) and the read checked against that row."""
         key = head_key(head_ids)
-        if self.db is None:
+        if self.db is None:  # held in memory already: no tier in front
             with self._lock:
-                return self._memory.get((fingerprint, key))
+                held = self._memory.get((fingerprint, key))
+            return None if held is None else ChunkKV(tuple(k for k, _ in held), tuple(v for _, v in held))
         with self._lock:
             row = self.db.execute("SELECT tokens, file, checksum, layout FROM persona_heads "
                                   "WHERE fingerprint = ? AND head = ?", (fingerprint, key)).fetchone()
         if row is None or row[0] != len(head_ids):
             return None
         specs: list[TensorSpec] = [(n, d, tuple(s)) for n, d, s in json.loads(row[3])]
-        try:
-            tensors = read_node_file(self._dir(fingerprint) / row[1], layout=specs, checksum=row[2],
-                                     expected_metadata={"fingerprint": fingerprint, "head": key})
-        except (CorruptNodeError, OSError, ValueError):
-            return None
-        return [(tensors[f"k.{i}"], tensors[f"v.{i}"]) for i in range(len(tensors) // 2)]
+
+        def read() -> ChunkKV | None:
+            try:  # the checksum is the row's: a file replaced since is a miss
+                tensors = read_node_file(self._dir(fingerprint) / row[1], layout=specs, checksum=row[2],
+                                         expected_metadata={"fingerprint": fingerprint, "head": key})
+            except (CorruptNodeError, OSError, ValueError):
+                return None
+            n = len(tensors) // 2
+            return ChunkKV(tuple(tensors[f"k.{i}"] for i in range(n)), tuple(tensors[f"v.{i}"] for i in range(n)))
+
+        return read() if via is None else via(f"{fingerprint}/{key}", tuple(row[:3]), read)
 
     def put(self, fingerprint: str, head_ids: list[int], kv: HeadKV) -> None:
         """Store the head's K/V under ``fingerprint`` (replacing an earlier snapshot)."""

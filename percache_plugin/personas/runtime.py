@@ -83,8 +83,9 @@ class PersonaRuntime:
         if persona is None:
             return False
         dtype, device = dtype_device(self.engine.model)
-        return enter_head(session, persona, self.layout, self.heads, self.engine.fingerprint, stats,
-                          dtype, device)
+        engine = self.engine
+        return enter_head(session, persona, self.layout, self.heads, engine.fingerprint, stats, dtype, device,
+                          lambda name, version, read: engine.hooks.load_head(engine.ctx, name, version, read))
 
     def snapshot(self, session: Session, stats: ChatStats) -> None:
         """Store the head computed in this turn (best effort: a failed write counts in

@@ -110,6 +110,11 @@ class StoreBackedKV:
         return ctx.store.get(key, token_ids=token_ids, layered=layered)
 
     @hookimpl(trylast=True)
+    def percache_load_head(self, ctx: EngineContext, name: str, version: tuple[object, ...],
+                           load: Callable[[], ChunkKV | None]) -> ChunkKV | None:
+        return load()
+
+    @hookimpl(trylast=True)
     def percache_prefetch_chunks(self, ctx: EngineContext, keys: tuple[str, ...]) -> bool:
         ctx.store.prefetch(keys)
         return True

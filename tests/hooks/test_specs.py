@@ -92,9 +92,13 @@ def test_every_hook_is_exercised(tmp_path: Path) -> None:
     pc.memory.forget(fact.id)  # sources_forgotten
     pc.close()  # close
     pc.plugins.unregister(rec)
-    for _ in range(2):  # session_saved, then session_loaded
+    for i in range(2):  # session_saved, then session_loaded
         stored = percache.enable(model, tok, store=tmp_path / "store", plugins=[rec])
         stored.chat("Hello.", max_new_tokens=2)
+        if i == 0:
+            stored.personas.add("plain", "You are plain.")
+        stored.sessions.create(f"persona-{i}")  # the head stored, then read: load_head
+        stored.chat("Hi.", session=f"persona-{i}", persona="plain", max_new_tokens=1)
         stored.close()
         stored.plugins.unregister(rec)
     assert rec.seen == set(specs.HOOK_NAMES)
