@@ -9,17 +9,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from ..best_effort import best_effort
 from ..decode.sources import QA_BANK, DraftHints
 from ..plugins.removal import forget_chunks
-from ..rag.embeddings import DEFAULT_MODEL_NAME
 from ..rag.qa_length import AnswerTokens, served_ids
 from ..segments import Segment
 from ..stats import GenerationStats
 from .exact_kwargs import inexact_kwargs
 from .grounded import hold_back_unsupported
+from .relevance import best_relevance, no_documents_text, relevant
 
 log = logging.getLogger("percache")
 
@@ -29,8 +27,8 @@ if TYPE_CHECKING:
     from ..request import Prefilled
     from .assistant import Assistant
 
-__all__ = ["QA_DRAFT_SIMILARITY", "qa_drafts", "AUTO_RELEVANCE", "DEFAULT_MAX_NEW_TOKENS", "Answer", "ask", "best_relevance", "generate_answer", "no_documents_text",
-           "prefill_checked", "relevant", "request_cap", "segments_for"]
+__all__ = ["QA_DRAFT_SIMILARITY", "qa_drafts", "answer_if_relevant", "DEFAULT_MAX_NEW_TOKENS", "Answer", "ask",
+           "generate_answer", "prefill_checked", "request_cap", "segments_for"]
 
 
 @dataclass
@@ -265,47 +263,15 @@ def qa_drafts(a: Assistant, query: Query, scope: str | None, k: int = 3) -> Draf
     return DraftHints(texts={QA_BANK: answers}) if answers else DraftHints()
 
 
-AUTO_RELEVANCE = 0.25
-"""The calibrated relevance threshold of the default embedder (benchmarks/relevance_calibration.py)."""
-
-
-def no_documents_text(scope: str | None) -> str:
-    where = "your documents" if scope is None else f"the documents of scope {scope!r}"
-    return (f"I found no relevant documents for this question in {where}, so I cannot answer it "
-            "from them.")
-
-
-def best_relevance(a: Assistant, query: Query, chunks: list[Chunk]) -> tuple[float | None, int]:
-    """Cosine similarity of the question and its most similar retrieved chunk, and how many
-    chunks had no stored vector.
-
-    Vectors come from hook ``percache_chunk_vectors`` (the default: the knowledge bank's).
-    Chunks no plugin has a vector for (a third-party retriever's own chunks) are embedded now
-    with the banks' embedder, the one ``query`` is embedded with; the count says how many."""
-    if not chunks:
-        return None, 0
-    stored = a.hooks.chunk_vectors(a.ctx, chunks)
-    missing = [c for c in chunks if c.id not in stored]
-    fresh = iter(a.embedder.embed([c.text for c in missing]) if missing else ())
-    vectors = np.stack([stored[c.id] if c.id in stored else next(fresh) for c in chunks])
-    if missing and a.config.debug_log:
-        log.info("percache relevance: %d retrieved chunk(s) had no stored vector; embedded now",
-                 len(missing))
-    return float((vectors @ query.embedding).max()), len(missing)
-
-
-def relevant(a: Assistant, chunks: list[Chunk], relevance: float | None) -> bool:
-    """Whether the retrieval found something to answer from (``Config.relevance_threshold``)."""
-    threshold = a.config.relevance_threshold
-    if threshold is None:
-        return True
-    if not chunks:
-        return False
-    if threshold == "auto":
-        if a.embedder.name != DEFAULT_MODEL_NAME:
-            return True
-        threshold = AUTO_RELEVANCE
-    return relevance is not None and relevance >= float(threshold)
+def answer_if_relevant(a: Assistant, query: Query, scope: str | None, **generate_kwargs: Any) -> Answer:
+    """ask()'s miss path for idle work: the question's answer is generated and stored only when
+    ask() would generate it (``relevant``); else the no-documents answer, nothing stored."""
+    chunks = a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)
+    relevance, embedded = best_relevance(a, query, chunks)
+    if not relevant(a, chunks, relevance):
+        return Answer(no_documents_text(scope), "no_documents", (), relevance=relevance,
+                      relevance_embedded=embedded)
+    return generate_answer(a, query, scope, chunks, **generate_kwargs)
 
 
 def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs: Any) -> Answer:

@@ -27,7 +27,7 @@ from ..rag.chunking import Document
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.knowledge import AddReport, KnowledgeBank
 from ..rag.qa_bank import QABank, QAEntry
-from .ask import Answer, ask, generate_answer, prefill_checked
+from .ask import Answer, answer_if_relevant, ask, prefill_checked
 from .calibrate_task import CALIBRATE_KIND, WATCHED, measure_in_idle, queue_calibration
 from .disputes import correct as correct_entry
 from .disputes import dispute_paraphrases
@@ -66,7 +66,7 @@ class Assistant:
             self.ctx, generate=engine.generate, prefill=lambda segments, **kw: prefill_checked(self, segments, **kw),
             tokenizer=engine.tokenizer,
             n_parameters=engine.n_parameters, prediction_state=lambda: self.prediction_state,
-            answer=lambda query, scope, **kw: generate_answer(self, query, scope, **kw),
+            answer=lambda query, scope, **kw: answer_if_relevant(self, query, scope, **kw),
             served_paraphrases=self._served_paraphrases,
             dispute=lambda entry: len(dispute_paraphrases(self, entry, include_self=True)),
             background_stats=self.background_stats, totals=engine.stats(),

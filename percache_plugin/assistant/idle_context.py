@@ -36,7 +36,9 @@ class IdleContext:
     :ivar context: the model's context length in tokens (None: its config states none).
     :ivar n_parameters: the model's parameter count (FLOP estimates).
     :ivar answer: ``answer(query, scope, *, origin, **generate_kwargs)``: retrieve, generate
-        and store a QA entry (the miss path of ``ask()``).
+        and store a QA entry (the miss path of ``ask()``), or, when ``ask()`` would find no
+        relevant documents (``Config.relevance_threshold``), the no-documents answer, nothing
+        generated or stored.
     :ivar served_paraphrases: ``served_paraphrases(query, scope)``: stored entries similar to
         ``query`` (most similar first; empty when the built-in QA bank is not registered).
     :ivar dispute: ``dispute(entry)``: put ``entry`` and its paraphrases out of service;

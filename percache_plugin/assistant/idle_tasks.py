@@ -212,7 +212,8 @@ def _answer(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
         if e.question.strip().lower() != task.question.strip().lower()]
     ans = c.answer(query, task.scope, max_new_tokens=c.ctx.config.background_max_new_tokens)
     _account(c, report, task.kind, ans.stats)
-    if served and served[0].origin != "corrected" and contradicts(served[0].answer, ans.text):
+    if served and ans.source == "generated" and served[0].origin != "corrected" \
+            and contradicts(served[0].answer, ans.text):
         report.disputed += c.dispute(served[0])
 
 

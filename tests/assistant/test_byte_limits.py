@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 import percache_plugin as percache
@@ -52,4 +53,20 @@ def test_an_answer_larger_than_the_qa_byte_limit_says_it_was_not_stored(tmp_path
         assert (answer.source, answer.text) == ("generated", want)
         assert "storing it failed" in answer.not_stored
     assert pc.assistant.qa_bank.entries() == []
+    pc.disable()
+
+
+@pytest.mark.parametrize("kind", ["answer", "refresh", "populate", "decode"])
+def test_idle_work_stores_no_answer_ask_would_not_give(tmp_path: Path, kind: str) -> None:
+    question = "What colour is the bicycle?"  # nothing in the notes is about it
+    fresh = _handle(None, use_qa_bank=False, use_kv=False, relevance_threshold=0.9)
+    want = fresh.ask(question, max_new_tokens=4)
+    fresh.disable()
+    assert want.source == "no_documents"
+    pc = _handle(tmp_path, relevance_threshold=0.9)
+    pc.assistant.idle_queue.push(kind, question, None)
+    pc.idle()
+    assert [e for e in pc.assistant.qa_bank.entries() if e.answer is not None] == []
+    got = pc.ask(question, max_new_tokens=4)
+    assert (got.source, got.text) == (want.source, want.text)
     pc.disable()
