@@ -153,10 +153,8 @@ def _drop_gone(a: Assistant, known: Sequence[Chunk]) -> list[str]:
 
 
 def _drop_vanished(a: Assistant, query: Query, scope: str | None, unresolved: Sequence[Chunk]) -> list[str]:
-    """Of the retrieved chunks that did not resolve when the request began (a plugin's own, or
-    ones another handle or process removed right after their retrieval, which the check of
-    ``known`` never sees), the ids of those that still do not and that the question no longer
-    retrieves: removed. What was built on them goes, as in :func:`_drop_gone`."""
+    """Retrieved chunks that did not resolve when the request began (a plugin's own, or removed
+    right after their retrieval), still do not and are no longer retrieved: removed, as gone."""
     if not unresolved:
         return []
     now = {c.id for c in a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)}
@@ -167,13 +165,18 @@ def _drop_vanished(a: Assistant, query: Query, scope: str | None, unresolved: Se
 
 
 def prefill_checked(a: Assistant, segments: Sequence[Segment], **kwargs: Any) -> Prefilled:
-    """``Engine.prefill`` for idle work, then ask()'s check after storing: the K/V it stored
-    for a chunk that another handle or process removed meanwhile goes (:func:`_drop_gone`)."""
-    known = [c for s in segments if s.kind == "chunk" and s.id is not None
-             for c in a.hooks.resolve_chunks(a.ctx, [s.id]) or () if c.text == s.text]
+    """``Engine.prefill`` for idle work, then ask()'s check after storing: the K/V it stored for a
+    chunk another handle or process removed meanwhile (or since the task resolved it) goes."""
+    pieces = [(s.id, s.text) for s in segments if s.kind == "chunk" and s.id is not None]
+    known = [c for i, text in pieces for c in a.hooks.resolve_chunks(a.ctx, [i]) or () if c.text == text]
     with _checked_on_failure(a, known):
         prefilled = a.engine.prefill(segments, **kwargs)
     _drop_gone(a, known)
+    held = {c.id for c in known}
+    removed = [i for i, text in pieces if i not in held
+               and not any(c.text == text for c in a.hooks.resolve_chunks(a.ctx, [i]) or ())]
+    if removed:
+        forget_chunks(a.ctx, removed)
     return prefilled
 
 

@@ -1,7 +1,8 @@
 """Another handle or process removes (or replaces) a document between the retrieval of a
-question and the moment ask() records which of the retrieved chunks resolve: the answer built
-on the removed chunk must not stay in the store. The interleaving is driven by a wrapper on
-``percache_retrieve``, not by timing; the second handle stands for another process."""
+question and the moment ask() records which of the retrieved chunks resolve, or between an
+idle task resolving a chunk and its prefill: neither the answer built on the removed chunk nor
+its K/V may stay in the store. The interleavings are driven by hook wrappers, not by timing;
+the second handle stands for another process."""
 
 from __future__ import annotations
 
@@ -11,39 +12,78 @@ from typing import Any
 
 import pytest
 
+import percache_plugin as percache
 from percache_plugin.hooks.specs import hookimpl
 from tests.assistant.test_assistant import BEN, GEN, _pc
 from tests.assistant.test_removal_traces import REMOVALS, SECRET, Q
 
 
-class AfterRetrieval:
-    """Runs ``action`` once, right after the first retrieval returns."""
+class Once:
+    """Runs ``action`` the first time :meth:`fire` is called."""
 
     def __init__(self, action: Callable[[], object]) -> None:
         self.action: Callable[[], object] | None = action
 
-    @hookimpl(wrapper=True)
-    def percache_retrieve(self, ctx: Any, query: Any, k: int, scope: Any) -> Generator[None, Any, Any]:
-        chunks = yield
+    def fire(self) -> None:
         action, self.action = self.action, None
         if action is not None:
             action()
+
+
+def _two(tmp_path: Path, docs: list[dict[str, str]], **settings: Any
+         ) -> tuple[percache.PerCache, percache.PerCache, set[str]]:
+    """Two handles on one store, ``docs`` added by the first; the ids of SECRET's chunks."""
+    a, b = _pc(tmp_path / "s"), _pc(tmp_path / "s")
+    if settings:
+        a.configure(**settings)
+    a.add_documents(docs, scope="me")
+    return a, b, {c.id for c in a.knowledge.chunks() if c.doc_id == "zz"}
+
+
+def _no_kv_and_close(a: percache.PerCache, b: percache.PerCache, secret: set[str]) -> None:
+    nodes = [n.key for n in b.engine.store.nodes() if n.extra.get("chunk") in secret]
+    assert not nodes, "the removed chunk's K/V is kept"
+    a.close()
+    b.close()
+
+
+class AfterRetrieval(Once):
+    """Runs the action right after the first retrieval returns."""
+
+    @hookimpl(wrapper=True)
+    def percache_retrieve(self, ctx: Any, query: Any, k: int, scope: Any) -> Generator[None, Any, Any]:
+        chunks = yield
+        self.fire()
         return chunks
 
 
 @pytest.mark.parametrize("change", sorted(REMOVALS))
 def test_an_answer_on_a_chunk_removed_right_after_its_retrieval_is_not_kept(tmp_path: Path, change: str) -> None:
-    store = tmp_path / "s"
-    a, b = _pc(store), _pc(store)
-    a.add_documents([SECRET, BEN], scope="me")
-    secret = {c.id for c in a.knowledge.chunks() if c.doc_id == "zz" and c.text == SECRET["text"]}
+    a, b, secret = _two(tmp_path, [SECRET, BEN])
     a.plugins.register(AfterRetrieval(lambda: REMOVALS[change](b)))
     answer = a.ask(Q, scope="me", **GEN)
     assert secret & set(answer.sources)  # the premise: generated from the chunk b removed
     for pc in (a, b):
         kept = [e for e in pc.qa_bank.entries() if secret & set(e.sources)]
         assert not kept, f"answers built on the removed chunk kept: {kept}"
-    nodes = [n.key for n in b.engine.store.nodes() if n.extra.get("chunk") in secret]
-    assert not nodes, "the removed chunk's K/V is kept"
-    a.close()
-    b.close()
+    _no_kv_and_close(a, b, secret)
+
+
+class AfterFirstResolve(Once):
+    """Runs the action right after the first ``percache_resolve_chunks`` returns (an idle task
+    resolving the chunk it prefills)."""
+
+    @hookimpl(wrapper=True)
+    def percache_resolve_chunks(self, ctx: Any, ids: Any) -> Generator[None, Any, Any]:
+        found = yield
+        self.fire()
+        return found
+
+
+@pytest.mark.parametrize("change", sorted(REMOVALS))
+def test_a_chunk_removed_right_after_an_idle_task_resolved_it_leaves_no_kv(tmp_path: Path, change: str) -> None:
+    a, b, secret = _two(tmp_path, [SECRET], kv_warm=True)
+    assert [t.kind for t in a.idle_queue.pending()] == ["warm"]
+    a.plugins.register(AfterFirstResolve(lambda: REMOVALS[change](b)))
+    a.idle()  # the warm task resolves the chunk, b removes it, the prefill stores its K/V
+    _no_kv_and_close(a, b, secret)
