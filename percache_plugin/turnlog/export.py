@@ -84,13 +84,15 @@ def export_jsonl(records: Iterable[TurnRecord], out: str | Path, fmt: str = "sft
     """Write ``records`` as JSONL in format ``fmt`` to ``out`` (owner-only; written to a temp
     file, fsynced and renamed, so ``out`` is never half-written).
 
-    :raises ValueError: an unknown format."""
+    :raises ValueError: an unknown format, ``out`` a directory or in none."""
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     line = sft_line if fmt == "sft" else preference_line
     path = Path(out).expanduser()
     if path.is_dir():
         raise ValueError(f"--out {str(path)!r} is a directory; give a file name")
+    if not path.parent.is_dir():  # else the error names the temporary file written first
+        raise ValueError(f"--out {str(path)!r}: no directory {str(path.parent)!r}; create it first")
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     written = turns = 0
     try:

@@ -42,6 +42,7 @@ def test_export_sft_and_preference(tmp_path: Path, capsys: pytest.CaptureFixture
     (["memory", "export", "{store}"], "needs --out FILE"),
     (["memory", "export", "{empty}", "--out", "x.jsonl"], "holds no chat turns"),
     (["memory", "export", "{store}", "--out", "x", "--format", "dpo"], "invalid choice: 'dpo'"),
+    (["memory", "export", "{store}", "--out", "{empty}/nodir/x.jsonl"], "nodir'; create it first"),
 ])
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
                                message: str) -> None:
