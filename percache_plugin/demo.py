@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "auto"),
                    help="dtype to load --model in")
     p.add_argument("--store", type=Path, default=None, help="store directory (default: a temporary one)")
-    p.add_argument("--max-new-tokens", type=int, default=40)
+    p.add_argument("--max-new-tokens", type=int, default=40, help="tokens generated per answer (default 40)")
     p.add_argument("--idle-budget", type=float, default=60.0,
                    help="seconds of idle-time work (stops at the next token once spent)")
 

@@ -52,7 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--words", type=int, default=230, help="words per chunk")
     p.add_argument("--forced", type=int, default=32, help="teacher-forced answer tokens")
     p.add_argument("--answer-tokens", type=int, default=64, help="greedy answer length")
-    p.add_argument("--strategies", nargs="+", default=list(DEFAULT_STRATEGIES))
+    p.add_argument("--strategies", nargs="+", default=list(DEFAULT_STRATEGIES),
+                   help="recompute strategies to compare (Config.recompute values; default: none, "
+                        "head/tail/deviation at 0.05-0.25, all)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per side (median)")
     p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--json", type=Path, default=None)

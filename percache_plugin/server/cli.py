@@ -19,13 +19,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="'bundled' (SmolLM2-135M-Instruct, installed with the package), a local "
                         "Hugging Face model folder, a hub id already in the offline cache, or "
                         "tiny:<family> (a random test model)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "auto"))
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "auto"),
+                   help="dtype to load --model in (default float32)")
     p.add_argument("--store", type=Path, default=None,
                    help="store directory: K/V, documents and answers persist there "
                         "(default: in memory, gone when the server stops)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on; anything but loopback needs --token")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     p.add_argument("--token", action="append", default=[], metavar="NAME=SECRET",
                    help="accept 'Authorization: Bearer SECRET' for scope NAME (repeat for more "
                         "users; a bare SECRET is the unscoped data)")
@@ -37,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens generated when a request gives no max_tokens")
     p.add_argument("--no-idle", action="store_true",
                    help="do not run percache's idle work (predictions) between requests")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                   help="uvicorn's log level (default info); debug also logs every request")
 
 
 def tokens_of(args: argparse.Namespace) -> Tokens:
