@@ -16,11 +16,11 @@ from .decode import dtype_device
 from .decode.chunked import StopCheck, chunk_bounds
 from .kv.assemble import Placed, assemble
 from .kv.cache import cache_from_chunks, empty_cache, layer_kv, slice_chunk
-from .kv.planner import ReusePlan
+from .kv.planner import ReusePlan, scope_tag
 from .kv.recompute import RecomputeContext
 from .kv.rounded import drop_if_rounded
 from .kv.store import ChunkKV
-from .segments import Prompt, node_key
+from .segments import Prompt, node_key, scope_root
 from .stats import GenerationStats
 
 if TYPE_CHECKING:
@@ -240,6 +240,7 @@ def store_computed(ctx: EngineContext, prompt: Prompt, served: int, skip: set[in
     only shifted reuse finds them."""
     first_approx = min(skip) if approximate and skip else len(prompt.pieces)
     parent = prompt.pieces[served - 1].key if served else None
+    tag = scope_tag(prompt.scope)  # shifted reuse finds a piece by its ids: only in its scope
     for i, piece in enumerate(prompt.pieces[served:], start=served):
         if piece.key is None:
             break
@@ -247,9 +248,10 @@ def store_computed(ctx: EngineContext, prompt: Prompt, served: int, skip: set[in
             continue
         exact = i < first_approx
         kv = slice_chunk(cache, piece.start, piece.end)
-        key = piece.key if exact else node_key(ctx.fingerprint, "approx", piece.token_ids)
+        # outside the tree, approximate K/V is keyed in the prompt's scope too (no other finds it)
+        key = piece.key if exact else node_key(scope_root(ctx.fingerprint, prompt.scope), "approx", piece.token_ids)
         before = ctx.store.total_bytes()
-        ctx.hooks.store_chunk(ctx, key, piece, parent if exact else None, kv, exact)
+        ctx.hooks.store_chunk(ctx, key, piece, parent if exact else None, kv, exact, tag)
         stats.nodes_stored += 1
         stats.bytes_stored += max(0, ctx.store.total_bytes() - before)
         parent = piece.key

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = ["Segment", "PromptPiece", "Prompt", "SegmentError", "normalize_segments", "build_prompt",
-           "chain_pieces", "node_key"]
+           "chain_pieces", "node_key", "scope_root", "scoped"]
 
 SegmentKind = Literal["system", "chunk", "query"]
 _SENTINEL = "\u2063PERCACHE-SEGMENT-{}\u2063"
@@ -63,7 +63,11 @@ class PromptPiece:
 
 @dataclass(frozen=True)
 class Prompt:
+    """The pieces of a prompt. ``scope``: the scope whose key chain the keys start from
+    (:func:`scoped`), None for an unscoped prompt (keys rooted at the fingerprint alone)."""
+
     pieces: tuple[PromptPiece, ...]
+    scope: str | None = None
 
     @property
     def input_ids(self) -> list[int]:
@@ -117,6 +121,29 @@ def node_key(fingerprint: str, parent: str | None, token_ids: Sequence[int]) -> 
     h.update(len(token_ids).to_bytes(4, "little"))
     h.update(_uint32_le(token_ids))
     return h.hexdigest()
+
+
+def scope_root(fingerprint: str, scope: str | None) -> str:
+    """The root of a key chain: the fingerprint for unscoped prompts; the fingerprint and the
+    scope for a scope's, so no scope's keys (and what they reveal through reuse) meet another's."""
+    return fingerprint if scope is None else f"{fingerprint}\x00scope:{scope}"
+
+
+def scoped(prompt: Prompt, fingerprint: str, scope: str | None) -> Prompt:
+    """``prompt`` with its keys chained again from ``scope_root(fingerprint, scope)`` (any
+    prompt builder's pieces: ids, spans and which pieces are cached stay as they are);
+    ``prompt`` itself when ``scope`` is None."""
+    if scope is None:
+        return prompt
+    root = scope_root(fingerprint, scope)
+    pieces: list[PromptPiece] = []
+    parent: str | None = None
+    for piece in prompt.pieces:
+        key = None
+        if piece.key is not None:
+            key = parent = node_key(root, parent, piece.token_ids)
+        pieces.append(PromptPiece(piece.segment, piece.token_ids, piece.start, key))
+    return Prompt(tuple(pieces), scope)
 
 
 def _uint32_le(token_ids: Sequence[int]) -> bytes:

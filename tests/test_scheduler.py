@@ -45,7 +45,8 @@ def test_high_threshold_prefills_only() -> None:
     assert {e.question for e in entries} == set(PREDICTED)
     assert all(e.answer is None and e.origin == "predicted" for e in entries)
     for e in entries:
-        assert pc.kv_cached(segments_for(pc.config.system_prompt, e.question, [pc.knowledge.chunk(c) for c in e.sources]))
+        assert pc.kv_cached(segments_for(pc.config.system_prompt, e.question, [pc.knowledge.chunk(c) for c in e.sources]),
+                           e.scope)
     # An answerless entry is never served.
     assert pc.ask(PREDICTED[0], scope="u", max_new_tokens=2).source == "generated"
 
@@ -77,14 +78,14 @@ def test_raising_kv_limit_restores_evicted_kv() -> None:
     entry = pc.qa_bank.entries(scope="u")[0]
     segs = segments_for(pc.config.system_prompt, entry.question,
                         [pc.knowledge.chunk(c) for c in entry.sources])
-    assert pc.kv_cached(segs)
+    assert pc.kv_cached(segs, "u")
     pc.configure(kv_byte_limit=1)  # evicts every node
-    assert not pc.kv_cached(segs)
+    assert not pc.kv_cached(segs, "u")
     pc.configure(kv_byte_limit=2**30)
     assert {t.kind for t in pc.idle_queue.pending()} == {"reprefill"}
     report = pc.idle()
     assert report.by_kind.get("reprefill", 0) >= 1
-    assert pc.kv_cached(segs)
+    assert pc.kv_cached(segs, "u")
 
 
 QA_PLUGIN = "percache_plugin.plugins.banks:QABankPlugin"

@@ -105,7 +105,9 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     if a.config.drafting and "drafts" not in generate_kwargs:
         generate_kwargs["drafts"] = qa_drafts(a, query, scope)
     with _checked_on_failure(a, known):
-        gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), **generate_kwargs)
+        # keyed in the scope's chain: no other scope's K/V (nor its reuse count) for the same text
+        gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), scope=scope,
+                                **generate_kwargs)
     text = gen.text.strip()
     unsupported: tuple[str, ...] = ()
     ending = (_not_greedy(a, generate_kwargs) or inexact_kwargs(generate_kwargs)

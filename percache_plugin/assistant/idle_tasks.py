@@ -71,7 +71,8 @@ def _abstract(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
             continue  # no plugin knows these chunks any more
         segs = [Segment(_ABSTRACT_SYSTEM, "system"), *(Segment(c.text, "chunk", id=c.id) for c in chunks),
                 Segment(instruction, "query")]
-        gen = c.generate(segs, max_new_tokens=c.ctx.config.background_max_new_tokens, do_sample=False)
+        gen = c.generate(segs, max_new_tokens=c.ctx.config.background_max_new_tokens, do_sample=False,
+                         scope=task.scope)
         _account(c, report, "abstract", gen.stats)
         notes.append(gen.text.strip())
         used += [ch.id for ch in chunks]
@@ -183,7 +184,7 @@ def _populate(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     chunks = c.ctx.hooks.retrieve(c.ctx, query, c.ctx.config.top_k, task.scope)
     # the entry first: the prefill's check of its chunks afterwards then sees it too
     failed = c.ctx.hooks.qa_store(c.ctx, query, None, task.scope, [c.id for c in chunks], "predicted")
-    pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks))
+    pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks), scope=task.scope)
     pre.stats.plugin_errors += failed  # a cache write: logged, the prefill stands
     c.totals.plugin_errors += failed  # the prefill's own failures reached them when it ended
     _account(c, report, "populate", pre.stats)
@@ -199,7 +200,7 @@ def _reprefill(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
     entries = c.ctx.hooks.qa_entries(c.ctx, task.scope, task.question)
     chunks = c.ctx.hooks.resolve_chunks(c.ctx, entries[0].sources) if entries and entries[0].sources else None
     if chunks:
-        pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks))
+        pre = c.prefill(segments_for(c.ctx.config.system_prompt, task.question, chunks), scope=task.scope)
         _account(c, report, task.kind, pre.stats)
 
 

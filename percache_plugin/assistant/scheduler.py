@@ -122,7 +122,7 @@ def queue_conversions(a: Assistant, old: Any, new: Any) -> int:
     if grew and a.config.use_kv:
         for e in entries:
             chunks = a.hooks.resolve_chunks(a.ctx, e.sources) if e.sources else None
-            if chunks and not a.engine.kv_cached(segments_for(a.config.system_prompt, e.question, chunks)):
+            if chunks and not a.engine.kv_cached(segments_for(a.config.system_prompt, e.question, chunks), e.scope):
                 queued += a.idle_queue.push("reprefill", e.question, e.scope)
     return queued
 

@@ -4,7 +4,8 @@ Idle-time population prefills only the chunks retrieved for predicted questions,
 retrieved for a real question are often not stored anywhere and the request computes them. The
 documents themselves are known in advance: the ``warm`` task prefills each new chunk once, as
 ``[system, chunk, query]`` (the query is a placeholder: the last piece is never stored), so the
-chunk's K/V is stored right after the system prompt. A later prompt whose first retrieved chunk
+chunk's K/V is stored right after the system prompt, keyed in the scope the document was added
+to (the chain that scope's asks look up). A later prompt whose first retrieved chunk
 is that one reuses it exactly; the other retrieved chunks are found by their tokens and reused
 shifted (``Config.reuse='shifted'``, with the positions ``Config.recompute`` chooses computed
 again; approximate, counted in ``GenerationStats.tokens_shifted``).
@@ -81,4 +82,6 @@ def warm_chunk(c: IdleContext, task: IdleTask, report: IdleReport) -> Generation
         return None
     # exact_only: a copy of the chunk stored elsewhere (by a summary's or a prediction's
     # prompt) would otherwise be reused shifted, and the approximate result not stored in the tree
-    return c.prefill(segments_for(config.system_prompt, WARM_QUERY, chunks), exact_only=True).stats
+    # scope: keyed as the scope's asks look them up
+    return c.prefill(segments_for(config.system_prompt, WARM_QUERY, chunks), exact_only=True,
+                     scope=task.scope).stats

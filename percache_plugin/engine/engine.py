@@ -43,7 +43,7 @@ from ..request import (
     recompute_on_corrupt,
 )
 from ..reuse import ReuseRunner
-from ..segments import Prompt, Segment, normalize_segments
+from ..segments import Prompt, Segment, normalize_segments, scoped
 from ..stats import Generation, GenerationStats, StatsTotals
 from .drafting import DraftSetup
 from .switch import ModelSwitch
@@ -179,14 +179,15 @@ class Engine:
         self.ctx.config = config
 
     # -- requests -----------------------------------------------------------------------
-    def prompt(self, segments: Sequence[str | Segment]) -> Prompt:
+    def prompt(self, segments: Sequence[str | Segment], scope: str | None = None) -> Prompt:
         """Tokenize segments the way :meth:`generate` does (the ``percache_build_prompt`` hook;
-        by default each segment on its own)."""
-        return self.hooks.build_prompt(self.ctx, normalize_segments(segments))
+        by default each segment on its own); ``scope``: keys chained from the scope's root
+        (:func:`~percache_plugin.segments.scoped`)."""
+        return scoped(self.hooks.build_prompt(self.ctx, normalize_segments(segments)), self.fingerprint, scope)
 
     def generate(self, segments: Sequence[str | Segment] | Prompt, *, drafts: DraftHints | None = None,
                  prediction: str | None = None, seed: int | None = None, exact_only: bool = False,
-                 **generate_kwargs: Any) -> Generation:
+                 scope: str | None = None, **generate_kwargs: Any) -> Generation:
         """Generate from ``[system, chunk, ..., query]`` (or a :class:`Prompt` already built,
         e.g. by :func:`~percache_plugin.kv.blocks.block_prompt`) reusing stored chunk K/V.
 
@@ -201,18 +202,22 @@ class Engine:
         (:func:`~percache_plugin.decode.seeded.seeded`, under the model's lock). ``exact_only``:
         no shifted reuse for this request (``Config.reuse="shifted"`` finds a piece's tokens in
         any stored node, whoever computed it; the server keeps its scopes apart with it).
+        ``scope``: the prompt's keys start from the scope's root, so it reuses only K/V that
+        requests of the same scope stored, shifted reuse included (``pc.ask(scope=...)``).
         """
         drafts = with_prediction(drafts, prediction)
         with self.preemption.foreground(self.lock), seeded(seed):
             t0 = time.perf_counter()
             generate_kwargs.setdefault("max_new_tokens", 64)
             return recompute_on_corrupt(
-                lambda n: self._generate(segments, drafts, generate_kwargs, t0, n, exact_only), generate_kwargs)
+                lambda n: self._generate(segments, drafts, generate_kwargs, t0, n, exact_only, scope),
+                generate_kwargs)
 
-    def _generate(self, segments: Sequence[str | Segment] | Prompt, drafts: DraftHints | None, generate_kwargs: dict[str, Any], t0: float, aborted: int, exact_only: bool = False) -> Generation:
+    def _generate(self, segments: Sequence[str | Segment] | Prompt, drafts: DraftHints | None, generate_kwargs: dict[str, Any], t0: float, aborted: int, exact_only: bool = False,
+                  scope: str | None = None) -> Generation:
         stop = interrupt_check(self.preemption)
         prompt, cache, served, stats, finish = self._prepare(segments, int(generate_kwargs["max_new_tokens"]), t0, stop,
-                                                             aborted, exact_only)
+                                                             aborted, exact_only, scope)
         gen = None
         try:  # a background request computes the prompt here, in chunks, checked between them
             ready = prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop) if stop else served
@@ -267,19 +272,22 @@ class Engine:
                 else block_prompt(ids, self.config.prefix_block_tokens, self.fingerprint)
             return self.generate(blocks, **generate_kwargs)
 
-    def prefill(self, segments: Sequence[str | Segment] | Prompt, *, exact_only: bool = False) -> Prefilled:
+    def prefill(self, segments: Sequence[str | Segment] | Prompt, *, exact_only: bool = False,
+                scope: str | None = None) -> Prefilled:
         """Run only the reuse path: a cache holding every prompt position but the last.
 
         Feed ``prompt.input_ids[-1:]`` (plus any continuation) to the model with ``past_key_values=result.cache``
         to get next-token distributions, e.g. for teacher-forced quality checks of approximate reuse. What
-        was computed is stored. ``exact_only``: no shifted reuse (what it computes is exact, in the tree)."""
+        was computed is stored. ``exact_only``: no shifted reuse (what it computes is exact, in the tree).
+        ``scope``: keys of the scope's chain, as :meth:`generate` (idle work for a scope's asks)."""
         with self.preemption.foreground(self.lock):
             t0 = time.perf_counter()
-            return recompute_on_corrupt(lambda aborted: self._prefill(segments, t0, aborted, exact_only))
+            return recompute_on_corrupt(lambda aborted: self._prefill(segments, t0, aborted, exact_only, scope))
 
-    def _prefill(self, segments: Sequence[str | Segment] | Prompt, t0: float, aborted: int, exact_only: bool = False) -> Prefilled:
+    def _prefill(self, segments: Sequence[str | Segment] | Prompt, t0: float, aborted: int, exact_only: bool = False,
+                 scope: str | None = None) -> Prefilled:
         stop = interrupt_check(self.preemption)
-        prompt, cache, served, stats, finish = self._prepare(segments, 1, t0, stop, aborted, exact_only)
+        prompt, cache, served, stats, finish = self._prepare(segments, 1, t0, stop, aborted, exact_only, scope)
         done = False
         try:
             prefill_rest(self.model, prompt, cache, stats, self.config.background_prefill_chunk, stop)
@@ -290,14 +298,17 @@ class Engine:
         return Prefilled(prompt, cache, stats)
 
     def _prepare(self, segments: Sequence[str | Segment] | Prompt, max_new: int, t0: float,
-                 stop: StopCheck | None = None, aborted: int = 0, exact_only: bool = False) -> tuple[Prompt, Any, int, GenerationStats, Finish]:
+                 stop: StopCheck | None = None, aborted: int = 0, exact_only: bool = False,
+                 scope: str | None = None) -> tuple[Prompt, Any, int, GenerationStats, Finish]:
         """The prompt, its cache, the prompt positions it serves, the stats and a ``finish(cache,
-        generation, completed)`` (:func:`~percache_plugin.request.open_request`; ``stop``, ``aborted``, ``exact_only``: ditto)."""
+        generation, completed)`` (:func:`~percache_plugin.request.open_request`; ``stop``, ``aborted``,
+        ``exact_only``: ditto; ``scope``: a prompt built from segments is keyed in its chain)."""
         if self._closed:
             raise RuntimeError("this percache handle was closed; call enable() again")
         if self.enabled:
             self.follow_model()
-        prompt = segments if isinstance(segments, Prompt) else self.prompt(segments)
+        # keyed after follow_model: by the fingerprint of the weights that compute it
+        prompt = segments if isinstance(segments, Prompt) else self.prompt(segments, scope)
         check_length(self.model, prompt, max_new)
         if not self.enabled:
             return (prompt, empty_cache(), 0, GenerationStats(prompt_tokens=prompt.n_tokens),
@@ -312,12 +323,13 @@ class Engine:
         """The splice cache of the forward in progress, if any."""
         return self._reuse.active_splice
 
-    def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
-        """Whether every reusable piece of this prompt is in the store as an exact prefix."""
+    def kv_cached(self, segments: Sequence[str | Segment], scope: str | None = None) -> bool:
+        """Whether every reusable piece of this prompt (keyed in ``scope``'s chain) is in the
+        store as an exact prefix."""
         with self.lock:
             self.follow_model()
             return all(p.key is not None and self.store.contains(p.key)
-                       for p in self.prompt(segments).reusable)
+                       for p in self.prompt(segments, scope).reusable)
 
     def stats(self) -> StatsTotals:
         """Totals over the requests this engine served."""

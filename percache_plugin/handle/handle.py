@@ -77,9 +77,10 @@ class PerCache(HandleParts):
         :class:`Prompt` already built (``kv.blocks.block_prompt`` for plain prompts)."""
         return self.engine.prefill(segments)
 
-    def kv_cached(self, segments: Sequence[str | Segment]) -> bool:
-        """Whether every reusable piece of this prompt is in the store as an exact prefix."""
-        return self.engine.kv_cached(segments)
+    def kv_cached(self, segments: Sequence[str | Segment], scope: str | None = None) -> bool:
+        """Whether every reusable piece of this prompt is in the store as an exact prefix
+        (``scope``: keyed as that scope's asks key it; their K/V is kept apart per scope)."""
+        return self.engine.kv_cached(segments, scope)
 
     def complete(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> Generation:
         """Generate from a plain prompt (text or token ids), reusing the longest cached token

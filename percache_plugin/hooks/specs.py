@@ -253,8 +253,10 @@ def percache_store_chunk(
     :param exact: False when the K/V was computed in a context that itself holds approximate
         (shifted) K/V; such entries must never serve exact reuse.
     :param extra: metadata the writer needs back with the entry (``NodeInfo.extra``); empty for
-        prompt pieces. A session's memory-region fact (``piece.segment.id`` is the fact id,
-        ``piece.start`` its position) passes ``{"memory": "1", "context": <hash of the ids
+        an unscoped prompt's pieces, ``{"scope": <scope>}`` for a scoped prompt's
+        (``Prompt.scope``): shifted reuse finds a piece by its ids only among its own scope's.
+        A session's memory-region fact (``piece.segment.id`` is the fact id, ``piece.start`` its
+        position) passes ``{"memory": "1", "context": <hash of the ids
         before it>}``: its K/V is spliced unshifted only where both match again.
     :return: True when handled (stored or deliberately skipped), None to defer to the next plugin.
     """

@@ -10,7 +10,10 @@ from ..segments import Prompt
 if TYPE_CHECKING:
     from .store import KVStore
 
-__all__ = ["ReusePlan", "ShiftedPiece", "longest_cached_prefix", "plan_shifted"]
+__all__ = ["SCOPE_EXTRA", "ReusePlan", "ShiftedPiece", "longest_cached_prefix", "plan_shifted", "scope_tag"]
+
+SCOPE_EXTRA = "scope"
+"""The ``NodeInfo.extra`` field naming the scope of the prompt that stored a node (absent: unscoped)."""
 
 
 @dataclass(frozen=True)
@@ -59,16 +62,24 @@ def longest_cached_prefix(prompt: Prompt, store: KVStore) -> ReusePlan:
 
 
 def plan_shifted(prompt: Prompt, store: KVStore, exact: ReusePlan) -> ReusePlan:
-    """After the exact prefix, serve every reusable piece whose tokens the store holds anywhere,
-    choosing the stored instance closest in position (then the most used)."""
+    """After the exact prefix, serve every reusable piece whose tokens the store holds anywhere a
+    prompt of the same scope stored them (``Prompt.scope``, :func:`scope_tag`), choosing the
+    stored instance closest in position (then the most used)."""
     shifted = []
     for i in range(len(exact.exact), len(prompt.pieces)):
         piece = prompt.pieces[i]
         if not piece.segment.reusable:
             continue
-        found = store.find_by_tokens(piece.token_ids)
+        # by its ids alone, but only what a prompt of the same scope stored: another scope's
+        # copy would tell this one (in its reused tokens) that that scope holds the same text
+        found = [n for n in store.find_by_tokens(piece.token_ids) if n.extra.get(SCOPE_EXTRA) == prompt.scope]
         if found:
             best = min(found, key=lambda n: (abs(n.start - piece.start), -n.hits))
             shifted.append(ShiftedPiece(i, best.key, best.start))
     note = f"{exact.note}; {len(shifted)} shifted chunk(s)"
     return ReusePlan(exact.exact, tuple(shifted), note)
+
+
+def scope_tag(scope: str | None) -> dict[str, str]:
+    """The ``extra`` a scoped prompt's nodes are stored with: what :func:`plan_shifted` matches."""
+    return {} if scope is None else {SCOPE_EXTRA: scope}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from transformers import StoppingCriteria
 from ..decode.sources import PREDICTION
 from ..kv.blocks import block_prompt
 from ..request import ContextLengthError
+from ..segments import scope_root
 from ..stats import Generation, GenerationStats
 from .render import capped
 from .requests import Sampling
@@ -82,8 +83,9 @@ class Outcome:
 
 def key_root(pc: Any, scope: str) -> str:
     """The root of a scope's prefix-block key chain: the fingerprint of the weights in use and
-    the scope (unscoped requests go through ``pc.complete`` and share its blocks)."""
-    return f"{pc.fingerprint}\x00scope:{scope}"
+    the scope, as a scoped ``pc.ask`` roots its keys (unscoped requests go through
+    ``pc.complete`` and share its blocks)."""
+    return scope_root(pc.fingerprint, scope)
 
 
 def _finish(gen: Generation | None, stream: TextStream, max_new: int, eos: set[int]) -> str:
@@ -120,7 +122,7 @@ def run_ids(pc: Any, ids: Sequence[int], scope: str | None, sampling: Sampling, 
         # in between would leave them keyed by weights that did not compute them (misses)
         engine = pc.engine
         with engine.preemption.foreground(engine.lock):
-            prompt = block_prompt(ids, pc.config.prefix_block_tokens, key_root(pc, scope))
+            prompt = replace(block_prompt(ids, pc.config.prefix_block_tokens, key_root(pc, scope)), scope=scope)
             gen = engine.generate(prompt, **kwargs)
     text = stream.close()
     st = gen.stats

@@ -44,7 +44,7 @@ def test_new_documents_queue_one_warm_task_per_chunk() -> None:
     assert sorted(t.question for t in pc.idle_queue.pending() if t.kind == "warm") == sorted(ids)
     report = pc.idle()
     assert report.by_kind == {"warm": len(ids)}
-    assert all(pc.kv_cached(_warm_segments(pc, cid)) for cid in ids)
+    assert all(pc.kv_cached(_warm_segments(pc, cid), "u") for cid in ids)
     cost = pc.background_stats.by_kind["warm"]
     assert cost.tasks == len(ids) and cost.prefill_tokens == report.prefill_tokens > 0
 
@@ -123,21 +123,21 @@ def test_a_chunk_stored_after_another_is_warmed_exactly_after_the_system_prompt(
     pc = _pc()
     a = pc.ask("When is the choir rehearsal and who has the projector?", scope="u", max_new_tokens=2)
     later = a.sources[1:]  # stored in the tree after the first source, not after the system prompt
-    assert later and not any(pc.kv_cached(_warm_segments(pc, cid)) for cid in later)
+    assert later and not any(pc.kv_cached(_warm_segments(pc, cid), "u") for cid in later)
     pc.idle()
     # without exact_only the warm prefill would reuse the stored copy shifted and store nothing
-    assert all(pc.kv_cached(_warm_segments(pc, cid)) for cid in later)
+    assert all(pc.kv_cached(_warm_segments(pc, cid), "u") for cid in later)
 
 
 def test_exact_only_prefill_computes_what_shifted_reuse_would_serve() -> None:
     pc = _pc()
     a = pc.ask("When is the choir rehearsal and who has the projector?", scope="u", max_new_tokens=2)
     segments = _warm_segments(pc, a.sources[1])
-    shifted = pc.engine.prefill(segments).stats
+    shifted = pc.engine.prefill(segments, scope="u").stats
     assert shifted.tokens_shifted > 0 and shifted.approximate
     pc2 = _pc()
     pc2.ask("When is the choir rehearsal and who has the projector?", scope="u", max_new_tokens=2)
-    exact = pc2.engine.prefill(segments, exact_only=True).stats
+    exact = pc2.engine.prefill(segments, exact_only=True, scope="u").stats
     assert exact.tokens_shifted == 0 and exact.tokens_recomputed == 0 and not exact.approximate
     assert exact.tokens_computed > shifted.tokens_computed
 
@@ -164,5 +164,5 @@ def test_a_foreground_request_preempts_warming_between_prefill_chunks() -> None:
     assert lengths == [4, 4]  # stopped before the third chunk
     assert report.stopped_by == "preempted" and report.preempted == 1 and report.tasks_run == 0
     assert report.remaining_by_kind == {"warm": n}  # the interrupted task stays queued
-    assert not any(pc.kv_cached(_warm_segments(pc, cid)) for cid in _chunk_ids(pc))
+    assert not any(pc.kv_cached(_warm_segments(pc, cid), "u") for cid in _chunk_ids(pc))
     assert pc.idle().by_kind == {"warm": n}  # and runs in full later

@@ -105,3 +105,34 @@ def test_shifted_reuse_never_serves_one_tokens_blocks_to_another() -> None:
     finally:
         srv.stop()
         pc.close()
+
+
+@pytest.mark.parametrize("reuse", ["exact", "shifted"])
+def test_ask_reuses_no_other_tokens_document_kv(reuse: str) -> None:
+    """The same document added by two tokens: Bob's ``/v1/ask`` is served nothing Alice's asks
+    stored (``cached_tokens`` 0, as on a fresh server), then reuses what his own ask stored."""
+    from tests.helpers import tiny_pair
+    from tests.server.conftest import start
+
+    model, tok = tiny_pair("llama")
+    # no QA bank: the repeated question generates again, reusing K/V
+    pc = percache.enable(model, tok, embedder="hash", predict="off", answer_grounding=False,
+                         use_qa_bank=False, kv_warm=False, reuse=reuse)
+    srv = start(pc, default_max_tokens=2, tokens=Tokens(parse_tokens(f"{k}={v}" for k, v in TOKENS.items())))
+    try:
+        def ask(key: str) -> Any:
+            body = post_json(srv, "/v1/ask", {"question": QUESTION, "max_tokens": 2}, key)[1]
+            assert body["source"] == "generated" and body["sources"]
+            assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == body["percache"]["cached_tokens"]
+            return body
+
+        for key in (ALICE, BOB):
+            assert post_json(srv, "/v1/documents", {"documents": DOCS[:1]}, key)[0] == 200
+        assert ask(ALICE)["percache"]["cached_tokens"] == 0
+        assert ask(ALICE)["percache"]["cached_tokens"] > 0
+        bob = ask(BOB)["percache"]
+        assert bob["cached_tokens"] == bob["tokens_reused"] == bob["tokens_shifted"] == 0
+        assert ask(BOB)["percache"]["cached_tokens"] > 0
+    finally:
+        srv.stop()
+        pc.close()
