@@ -201,7 +201,7 @@ class Engine:
         same seed whatever ran before, and leaves the process's random state as it was
         (:func:`~percache_plugin.decode.seeded.seeded`, under the model's lock). ``exact_only``:
         no shifted reuse for this request (``Config.reuse="shifted"`` finds a piece's tokens in
-        any stored node, whoever computed it; the server keeps its scopes apart with it).
+        any stored node of the prompt's scope, approximately; the server's chat requests reuse exactly).
         ``scope``: the prompt's keys start from the scope's root, so it reuses only K/V that
         requests of the same scope stored, shifted reuse included (``pc.ask(scope=...)``).
         """
