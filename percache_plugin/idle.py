@@ -23,6 +23,8 @@ CREATE TABLE IF NOT EXISTS idle_tasks (
     UNIQUE (kind, question, scope));
 """)
 _COLS = "id, kind, question, scope, created"
+_BACKOFF_S = 1.0
+_BACKOFF_MAX_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,19 @@ class IdleQueue:
         self._last = tuple(sorted(last))
         self._lock = threading.RLock()
         self._db = connect(db_path, _SCHEMA)
+        self._failures: dict[int, int] = {}  # task id -> failed runs in this process
+
+    def failed(self, task: IdleTask) -> float:
+        """Record that ``task`` raised: it stays queued (nothing is lost), but becomes runnable
+        again only after a back-off that doubles with each failure (1 s up to 5 min), so a task
+        that keeps failing neither spins the idle worker nor holds back the tasks behind it.
+        Returns the back-off in seconds."""
+        with self._lock:
+            n = self._failures.get(task.id, 0) + 1
+            self._failures[task.id] = n
+            delay = min(_BACKOFF_S * 2 ** (n - 1), _BACKOFF_MAX_S)
+            self._db.execute("UPDATE idle_tasks SET not_before = ? WHERE id = ?", (time.time() + delay, task.id))
+            return delay
 
     def push(self, kind: TaskKind | str, question: str, scope: str | None, *, delay_s: float = 0.0) -> bool:
         """Queue a task, runnable after ``delay_s`` (a quiet period); False if the same task is
@@ -135,6 +150,7 @@ class IdleQueue:
 
     def done(self, task: IdleTask) -> None:
         with self._lock:
+            self._failures.pop(task.id, None)
             self._db.execute("DELETE FROM idle_tasks WHERE id = ?", (task.id,))
 
     def drop(self, kind: str, keep: Callable[[str, str | None], bool]) -> int:

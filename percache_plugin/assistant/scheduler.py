@@ -128,7 +128,8 @@ def queue_conversions(a: Assistant, old: Any, new: Any) -> int:
 
 
 def run_task(a: Assistant, task: IdleTask, report: IdleReport) -> None:
-    """Run one task; it leaves the queue only if it finished (not on error or preemption).
+    """Run one task; it leaves the queue only if it finished (not on error or preemption; a
+    failed task waits a growing back-off before it is runnable again, ``IdleQueue.failed``).
     A task whose runner counted itself in ``report.skipped_by_kind`` (nothing to do) leaves
     the queue but is not counted as run."""
     if task.kind not in a.task_runners:  # queued by a plugin that is gone: drop it, say so
@@ -136,7 +137,14 @@ def run_task(a: Assistant, task: IdleTask, report: IdleReport) -> None:
         a.idle_queue.done(task)
         return
     skipped = sum(report.skipped_by_kind.values())
-    a.task_runners[task.kind](a.idle_context, task, report)
+    try:
+        a.task_runners[task.kind](a.idle_context, task, report)
+    except Preempted:
+        raise
+    except Exception:
+        delay = a.idle_queue.failed(task)
+        log.warning("percache: idle task %s %r failed; retried in %.0f s", task.kind, task.question, delay)
+        raise
     a.idle_queue.done(task)
     if sum(report.skipped_by_kind.values()) > skipped:
         return

@@ -17,9 +17,12 @@ class IdleWorker:
     A foreground call (ask, generate, prefill, add_documents) raises the shared preempt flag;
     a background prefill checks it between chunks of ``Config.background_prefill_chunk``
     tokens, a background decode after every token; either stops, the task stays queued, and the
-    worker resumes it once the foreground is done. Errors in a task are counted and logged,
-    and the task is dropped from the queue after ``max_failures`` attempts.
+    worker resumes it once the foreground is done. A task that raises stays queued and is
+    retried after a growing back-off (``IdleQueue.failed``); ``error_count`` counts the failures
+    and ``errors`` keeps the last ``MAX_ERRORS`` of them.
     """
+
+    MAX_ERRORS = 100
 
     def __init__(self, step: Callable[[], IdleReport], has_work: Callable[[], bool],
                  preemption: Preemption, *, poll_s: float = 0.2) -> None:
@@ -31,6 +34,7 @@ class IdleWorker:
         self._thread = threading.Thread(target=self._loop, name="percache-idle", daemon=True)
         self.report = IdleReport()
         self.errors: list[str] = []
+        self.error_count = 0
 
     @property
     def ident(self) -> int | None:
@@ -66,7 +70,8 @@ class IdleWorker:
             try:
                 r = self._step()
             except Exception as exc:  # noqa: BLE001 - a failing task must not kill the worker
-                self.errors.append(repr(exc))
+                self.error_count += 1
+                self.errors = [*self.errors[-(self.MAX_ERRORS - 1):], repr(exc)]
                 continue
             self.report.tasks_run += r.tasks_run
             self.report.preempted += r.preempted
