@@ -70,7 +70,17 @@ def _line(fact: Fact, extra: str = "") -> str:
     return f"  {fact.id}{scope}{flag}{extra}: {fact.text}"
 
 
+def _no_facts(path: Path) -> bool:
+    """Whether ``path`` is a store whose memory holds no fact yet (listing or searching it
+    finds nothing: not an error, unlike a path that is no store)."""
+    db = path / DB_NAME
+    return db.is_file() and FactRows.stored_embedder(db) is None
+
+
 def _list(args: argparse.Namespace) -> int:
+    if _no_facts(args.store):
+        print("0 facts")
+        return 0
     bank = open_memory(args.store)
     try:
         scopes = [args.scope] if args.scope is not None else bank.scopes()
@@ -86,6 +96,9 @@ def _list(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     if not args.query:
         raise UsageError("'memory search' needs a QUERY", "e.g. percache memory search STORE 'tea'")
+    if _no_facts(args.store):
+        print(f"0 facts in scope {args.scope!r}")
+        return 0
     bank = open_memory(args.store, embed=True)
     try:
         hits = bank.search(args.query, args.scope, args.k)

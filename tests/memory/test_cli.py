@@ -92,3 +92,18 @@ def test_forget_is_refused_while_a_handle_has_the_store_open(tmp_path: Path,
     assert [f.id for f in pc.memory.list(scope="ana")] == [tea.id]  # nothing half done
     pc.close()
     assert main(["memory", "forget", str(tmp_path), tea.id]) == 0
+
+
+def test_list_and_search_on_a_store_without_facts_find_nothing(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    model, tok = tiny_pair("llama")
+    pc = percache.enable(model, tok, store=tmp_path, embedder="hash", predict="off")
+    pc.add_documents(["Ana drinks tea."])
+    pc.disable()
+    # before: both exited 2 saying the store "holds no memory facts", as for a broken store
+    assert main(["memory", "list", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "0 facts\n"
+    assert main(["memory", "search", str(tmp_path), "tea"]) == 0
+    assert capsys.readouterr().out.startswith("0 facts")
+    assert main(["memory", "list", str(tmp_path / "missing")]) != 0  # no store: still an error
+    assert main(["memory", "forget", str(tmp_path), "nope"]) != 0
