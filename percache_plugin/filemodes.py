@@ -66,7 +66,17 @@ def private_dir(path: Path) -> Path:
 
 
 def private_file(path: Path) -> None:
-    """Create ``path`` empty if missing, as 0600; tighten an existing file."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-    os.close(fd)
+    """Create ``path`` empty if missing, as 0600; tighten an existing file.
+
+    An existing file is never opened: closing any descriptor of a file drops every POSIX lock
+    this process holds on it, so opening and closing a database that another connection of
+    this process has open would drop that connection's SQLite locks. Another process closing
+    its last connection would then take the database as unused, check the WAL into it and
+    delete it while this process still writes there: those writes are lost."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
     tighten(path, FILE_MODE)

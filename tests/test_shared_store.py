@@ -148,3 +148,25 @@ def test_two_handles_in_one_process(tmp_path: Path) -> None:
         for pc in handles:
             pc.close()
     _check(store, results)
+
+
+def test_a_store_command_beside_an_open_handle_loses_nothing(tmp_path: Path) -> None:
+    # `percache store info` while a handle (a server) had the store open deleted the
+    # database's WAL when it closed: what the handle wrote afterwards (facts, answers, K/V
+    # rows) was lost to other processes (the handle's own opening had dropped its SQLite locks).
+    store = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    pc = percache.enable(*tiny_pair("llama"), store=store, embedder="hash", predict="off")
+    try:
+        pc.memory.add("the garden plan is due on friday", scope="s")
+        subprocess.run([sys.executable, "-m", "percache_plugin.cli", "store", "info", str(store)],
+                       env=env, check=True, capture_output=True)
+        pc.memory.add("the choir meets on tuesday", scope="s")
+        read = ("import sys, percache_plugin as p; from tests.helpers import tiny_pair\n"
+                "h = p.enable(*tiny_pair('llama'), store=sys.argv[1], embedder='hash', predict='off')\n"
+                "print(len(h.memory.list('s'))); h.close()")
+        seen = subprocess.run([sys.executable, "-c", read, str(store)], env=env, check=True,
+                              capture_output=True, text=True).stdout.split()[-1]
+        assert seen == "2", f"another process sees {seen} of the 2 facts added"
+    finally:
+        pc.close()
