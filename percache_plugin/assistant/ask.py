@@ -160,10 +160,7 @@ def _drop_vanished(a: Assistant, query: Query, scope: str | None, unresolved: Se
     if not unresolved:
         return []
     now = {c.id for c in a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)}
-    gone = [c.id for c in unresolved if c.id not in now and not _resolvable(a, [c])]
-    if gone:
-        forget_chunks(a.ctx, gone)
-    return gone
+    return _drop_gone(a, [c for c in unresolved if c.id not in now])
 
 
 def prefill_checked(a: Assistant, segments: Sequence[Segment], **kwargs: Any) -> Prefilled:
