@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..best_effort import best_effort
 from ..decode.sources import QA_BANK, DraftHints
 from ..plugins.removal import forget_chunks
+from ..rag.chunking import Chunk
 from ..rag.qa_length import AnswerTokens, served_ids
 from ..segments import Segment
 from ..stats import GenerationStats
@@ -23,7 +24,6 @@ log = logging.getLogger("percache")
 
 if TYPE_CHECKING:
     from ..core.query import Query
-    from ..rag.chunking import Chunk
     from ..request import Prefilled
     from .assistant import Assistant
 
@@ -163,19 +163,22 @@ def _drop_vanished(a: Assistant, query: Query, scope: str | None, unresolved: Se
     return _drop_gone(a, [c for c in unresolved if c.id not in now])
 
 
-def prefill_checked(a: Assistant, segments: Sequence[Segment], **kwargs: Any) -> Prefilled:
+def prefill_checked(a: Assistant, segments: Sequence[Segment], *, scope: str | None = None,
+                    **kwargs: Any) -> Prefilled:
     """``Engine.prefill`` for idle work, then ask()'s check after storing: the K/V it stored for a
-    chunk another handle or process removed meanwhile (or since the task resolved it) goes."""
-    pieces = [(s.id, s.text) for s in segments if s.kind == "chunk" and s.id is not None]
-    known = [c for i, text in pieces for c in a.hooks.resolve_chunks(a.ctx, [i]) or () if c.text == text]
+    chunk another handle or process removed meanwhile (or since the task resolved it) goes; a
+    chunk no plugin resolves (a retriever's own) goes only if the query no longer retrieves it."""
+    pieces = [Chunk(s.id, "", 0, s.text, scope) for s in segments if s.kind == "chunk" and s.id is not None]
+    known = _resolvable(a, pieces)
     with _checked_on_failure(a, known):
-        prefilled = a.engine.prefill(segments, **kwargs)
+        prefilled = a.engine.prefill(segments, scope=scope, **kwargs)
     _drop_gone(a, known)
-    held = {c.id for c in known}
-    removed = [i for i, text in pieces if i not in held
-               and not any(c.text == text for c in a.hooks.resolve_chunks(a.ctx, [i]) or ())]
-    if removed:
-        forget_chunks(a.ctx, removed)
+    unresolved = [c for c in pieces if c not in known]
+    query = next((s.text for s in segments if s.kind == "query"), None)
+    if query is None:  # nothing to retrieve them by: gone, as they do not resolve
+        _drop_gone(a, unresolved)
+    else:
+        _drop_vanished(a, a.ctx.query(query), scope, unresolved)
     return prefilled
 
 
