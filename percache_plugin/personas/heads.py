@@ -4,7 +4,7 @@ the persona's system prompt), keyed by the model fingerprint and the head's toke
 The key is what the K/V is a function of: the same ids under the same weights (adapter
 included) give the same K/V, so a snapshot is served only to that pair, never under another
 adapter or prompt. Each snapshot is one safetensors file (written to a temp file, fsynced,
-renamed; its fingerprint in the metadata, a checksum in SQLite); a missing or corrupt file is
+renamed; its fingerprint in the metadata, a checksum in SQLite); a missing or corrupt file (or row) is
 a miss (the head is prefilled and written again), never a wrong cache. Without a store
 directory the snapshots are kept in memory. Read from files, they go through the RAM tier
 (``percache_load_head``): a persona's head is read at every switch to it.
@@ -24,11 +24,11 @@ from ..filemodes import private_dir
 from ..kv.chunk import ChunkKV
 from ..kv.integrity import (
     CorruptNodeError,
-    TensorSpec,
     checksum_tensors,
     read_node_file,
     write_node_file,
 )
+from ..kv.store_index import layout_of
 from ..sqlite_tx import Schema, checkpoint, connect, transaction
 
 __all__ = ["HEADS_DIR", "HeadKV", "HeadLoader", "HeadSnapshots", "SCHEMA", "head_key"]
@@ -87,9 +87,9 @@ class HeadSnapshots:
         with self._lock:
             row = self.db.execute("SELECT tokens, file, checksum, layout FROM persona_heads "
                                   "WHERE fingerprint = ? AND head = ?", (fingerprint, key)).fetchone()
-        if row is None or row[0] != len(head_ids):
+        specs = None if row is None or row[0] != len(head_ids) else layout_of(row[3])
+        if specs is None:  # no snapshot, another head, or a layout not the JSON written
             return None
-        specs: list[TensorSpec] = [(n, d, tuple(s)) for n, d, s in json.loads(row[3])]
 
         def read() -> ChunkKV | None:
             try:  # the checksum is the row's: a file replaced since is a miss
