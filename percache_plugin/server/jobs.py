@@ -26,7 +26,7 @@ from .render import capped
 from .requests import Sampling
 from .stream import TextStream
 
-__all__ = ["ClientGone", "Outcome", "key_root", "run_ids", "run_ask"]
+__all__ = ["ClientGone", "Outcome", "run_ids", "run_ask"]
 
 
 @dataclass
@@ -81,13 +81,6 @@ class Outcome:
         return accepted, s.drafted_by_source.get(PREDICTION, 0) - accepted
 
 
-def key_root(pc: Any, scope: str) -> str:
-    """The root of a scope's prefix-block key chain: the fingerprint of the weights in use and
-    the scope, as a scoped ``pc.ask`` roots its keys (unscoped requests go through
-    ``pc.complete`` and share its blocks)."""
-    return scope_root(pc.fingerprint, scope)
-
-
 def _finish(gen: Generation | None, stream: TextStream, max_new: int, eos: set[int]) -> str:
     if stream.stopped_by:
         return stream.stopped_by
@@ -117,12 +110,14 @@ def run_ids(pc: Any, ids: Sequence[int], scope: str | None, sampling: Sampling, 
         kwargs["prediction"] = prediction
     if scope is None:  # pc.complete's path: the percache_plain_prompt hook cuts the prompt
         gen = pc.engine.complete(list(ids), **kwargs)
-    else:  # blocks of this scope only (no plugin may match another scope's prompts), keyed by
-        # the fingerprint read in the lock hold that generates: weights another thread changes
-        # in between would leave them keyed by weights that did not compute them (misses)
+    else:  # blocks of this scope only (no plugin may match another scope's prompts), keyed from
+        # the scope's root (segments.scope_root, as a scoped pc.ask keys its prompt) with the
+        # fingerprint read in the lock hold that generates: weights another thread changes in
+        # between would leave them keyed by weights that did not compute them (misses)
         engine = pc.engine
         with engine.preemption.foreground(engine.lock):
-            prompt = replace(block_prompt(ids, pc.config.prefix_block_tokens, key_root(pc, scope)), scope=scope)
+            root = scope_root(pc.fingerprint, scope)
+            prompt = replace(block_prompt(ids, pc.config.prefix_block_tokens, root), scope=scope)
             gen = engine.generate(prompt, **kwargs)
     text = stream.close()
     st = gen.stats
