@@ -48,7 +48,6 @@ class Runner:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="percache-serve")
         self._lock = threading.Lock()
         self._waiting = 0
-        self._queued: dict[Future[Any], tuple[str, float]] = {}  # submitted, not started
         self._stop_running: Callable[[], None] | None = None
         self.records: deque[JobRecord] = deque(maxlen=history)
         self.finished = 0  # jobs finished since the start, however they ended
@@ -81,7 +80,6 @@ class Runner:
         def run() -> Any:
             started = time.perf_counter()
             with self._lock:
-                self._queued.pop(future, None)
                 self._stop_running = stop
             reason, tokens = "error", 0
             try:
@@ -96,14 +94,18 @@ class Runner:
                         reason = "shutdown"
                 self._record(kind, reason, tokens, started - submitted, time.perf_counter() - started)
 
+        def cancelled(future: Future[Any]) -> None:  # cancelled before it ran: run() records nothing
+            if future.cancelled():
+                self._record(kind, "shutdown" if self.closing else "cancelled", 0,
+                             time.perf_counter() - submitted, 0.0)
+
         try:
-            with self._lock:  # run() takes the lock first: it finds the future in _queued
-                future = self._pool.submit(run)
-                self._queued[future] = (kind, submitted)
+            future = self._pool.submit(run)
         except BaseException:
             with self._lock:
                 self._waiting -= 1
             raise
+        future.add_done_callback(cancelled)
         return future
 
     def _record(self, kind: str, reason: str, tokens: int, queue_s: float, run_s: float) -> None:
@@ -114,16 +116,12 @@ class Runner:
             self.cancelled += reason == "cancelled"
 
     def shut(self) -> None:
-        """The server is shutting down: refuse new jobs and cancel the queued ones (their
-        futures raise ``CancelledError``; recorded as ``"shutdown"``). The running job goes on
-        until it ends or :meth:`stop_running` stops it."""
+        """The server is shutting down: refuse new jobs and cancel the queued ones (the pool's
+        ``cancel_futures``: their futures raise ``CancelledError``; recorded as ``"shutdown"``).
+        The running job goes on until it ends or :meth:`stop_running` stops it."""
         with self._lock:
             self.closing = True
-            queued, self._queued = self._queued, {}
-        now = time.perf_counter()
-        for future, (kind, submitted) in queued.items():
-            if future.cancel():
-                self._record(kind, "shutdown", 0, now - submitted, 0.0)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def stop_running(self) -> None:
         """End the running job at its next token (the server's grace period is over)."""
