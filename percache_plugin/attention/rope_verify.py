@@ -26,13 +26,15 @@ from .profile import (
     NO_ROPE,
     PROFILES,
     ModelProfile,
+    RopeSlot,
     resolve_profile,
     rotary_modules,
     text_config,
 )
 from .rope import NotShiftable, RopeShifter
 
-__all__ = ["LayoutUnverified", "NOT_SHIFTABLE", "PROBE_TOKENS", "layout_error", "verified_shifter"]
+__all__ = ["LayoutUnverified", "NOT_SHIFTABLE", "PROBE_TOKENS", "layout_error", "rope_keys",
+           "verified_shifter"]
 
 PROBE_TOKENS = 16
 """Tokens of the probe forward (run twice, at two offsets)."""
@@ -44,9 +46,11 @@ class LayoutUnverified(NotShiftable):
     """No RoPE layout percache can apply reproduces the model's keys at shifted positions."""
 
 
-def _keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor,
-          slot: str = "keys") -> list[torch.Tensor]:
-    """Per layer, the cache slot ``slot`` (keys; MLA latent caches: values) after a forward."""
+def rope_keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor,
+              slot: RopeSlot = "keys") -> list[torch.Tensor]:
+    """Post-RoPE keys ``[kv_heads, T, head_dim]`` (fp32) of every cached layer for ``ids`` at
+    ``positions``: the cache slot ``slot``, keys, or values where a cache of MLA latents keeps
+    the RoPE key part (a config-less cache keeps full keys on sliding layers)."""
     cache = DynamicCache()
     with torch.inference_mode():
         model(input_ids=ids[None], position_ids=positions[None], **cache_kw(cache),
@@ -62,7 +66,7 @@ def layout_error(model: nn.Module, shifter: RopeShifter) -> float:
     ids = (torch.arange(PROBE_TOKENS, device=param.device) * 7 + 5) % max(vocab, 1)
     base = torch.arange(PROBE_TOKENS, device=param.device) + _OFFSET
     slot = shifter.rope_slot
-    at_p, moved = _keys(model, ids, base, slot), _keys(model, ids, base + _DELTA, slot)
+    at_p, moved = rope_keys(model, ids, base, slot), rope_keys(model, ids, base + _DELTA, slot)
     worst = 0.0
     for i, (k, want) in enumerate(zip(at_p, moved, strict=False)):
         if i >= len(shifter.layer_rope) or shifter.layer_rope[i] == NO_ROPE:

@@ -4,13 +4,11 @@ splice path with every position recomputed, and shifted reuse with the default s
 from __future__ import annotations
 
 import torch
-from torch import nn
-from transformers import DynamicCache
 
 from ..attention.profile import NO_ROPE, resolve_profile
+from ..attention.rope_verify import rope_keys
 from ..cache_arg import cache_kw
 from ..handle import PerCache
-from ..kv.cache import layer_kv
 from ..stats import GenerationStats
 from .gate import build_shifter, shift_gate, suite_profile
 from .result import Outcome, failed, not_applicable, passed
@@ -33,18 +31,6 @@ SHIFT_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...] = (
     ((0, 3, 1), (1, 3, 0), 2),
 )
 """(chunk order when stored, chunk order when asked, query) of the shifted-reuse prompts."""
-
-
-def _rope_keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor,
-               slot: int = 0) -> list[torch.Tensor]:
-    """Post-RoPE keys ``[kv_heads, T, head_dim]`` of every layer for ``ids`` at ``positions``
-    (a config-less cache keeps full keys on sliding layers); ``slot`` 1 reads the values (where
-    a cache of MLA latents keeps the RoPE key part)."""
-    cache = DynamicCache()
-    with torch.inference_mode():
-        model(input_ids=ids[None], position_ids=positions[None], **cache_kw(cache),
-              use_cache=True)
-    return [layer_kv(cache, i)[slot][0].float() for i in range(len(cache.layers))]
 
 
 def _rel_errors(got: list[torch.Tensor], want: list[torch.Tensor]) -> list[float]:
@@ -72,11 +58,10 @@ def check_rope_shift(subject: Subject) -> Outcome:
     deltas = [d for d in _DELTAS if _OFFSET + d + _CHUNK_TOKENS <= limit] or [1]
     ids = _chunk_ids(subject)
     base = torch.arange(_CHUNK_TOKENS, device=subject.device) + _OFFSET
-    slot = 1 if shifter.rope_slot == "values" else 0
-    at_p = _rope_keys(model, ids, base, slot)
+    at_p = rope_keys(model, ids, base, shifter.rope_slot)
     per_layer = [0.0] * len(at_p)
     for d in deltas:
-        moved = _rope_keys(model, ids, base + d, slot)
+        moved = rope_keys(model, ids, base + d, shifter.rope_slot)
         shifted = [shifter.shift(k, i, d).float() for i, k in enumerate(at_p)]
         per_layer = [max(a, b) for a, b in zip(per_layer, _rel_errors(shifted, moved), strict=True)]
     unshifted = _rel_errors(at_p, moved)
