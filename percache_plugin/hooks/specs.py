@@ -99,6 +99,9 @@ def percache_build_prompt(ctx: EngineContext, segments: list[Segment]) -> Prompt
     ``ctx.use_template``) so a chunk's ids do not depend on its neighbours. A plugin that has
     token ids already, or renders turns its own way, returns
     :func:`percache_plugin.segments.chain_pieces` of its ids so the keys match the store's.
+    A scoped request's keys (``pc.ask(scope=...)`` and that scope's idle work) are chained again
+    from the scope's root after this hook (:func:`percache_plugin.segments.scoped`, which sets
+    ``Prompt.scope``): the hook returns the unscoped keys.
 
     :param ctx: the engine context.
     :param segments: the validated segments, ``[system?, chunk..., query]``.
@@ -127,7 +130,9 @@ def percache_plain_prompt(ctx: EngineContext, token_ids: list[int]) -> Prompt | 
 def percache_plan_reuse(ctx: EngineContext, prompt: Prompt) -> ReusePlan | None:
     """Decide which stored nodes serve the prompt. firstresult.
 
-    The default walks the chunk prefix tree and serves the longest cached exact prefix.
+    The default walks the chunk prefix tree and serves the longest cached exact prefix; with
+    ``ctx.config.reuse="shifted"``, also each later piece whose ids a node stored by a prompt of
+    the same scope holds (``prompt.scope``, :func:`~percache_plugin.kv.planner.plan_shifted`).
 
     :param ctx: the engine context (``ctx.store`` answers ``contains``/``info`` without loading
         tensors; ``ctx.config.reuse``).

@@ -64,7 +64,8 @@ class PromptBuilder:
 
 class ExactPrefixPlanner:
     """Serve the longest exactly cached chunk prefix; with ``reuse="shifted"`` on a model that
-    supports it, also every later chunk the store holds at another position."""
+    supports it, also every later chunk the store holds at another position, stored by a prompt
+    of the same scope (``kv.planner.plan_shifted``)."""
 
     @hookimpl(trylast=True)
     def percache_plan_reuse(self, ctx: EngineContext, prompt: Prompt) -> ReusePlan:
