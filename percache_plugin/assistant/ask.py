@@ -268,15 +268,24 @@ def qa_drafts(a: Assistant, query: Query, scope: str | None, k: int = 3) -> Draf
     return DraftHints(texts={QA_BANK: answers}) if answers else DraftHints()
 
 
-def answer_if_relevant(a: Assistant, query: Query, scope: str | None, **generate_kwargs: Any) -> Answer:
-    """ask()'s miss path for idle work: the question's answer is generated and stored only when
-    ask() would generate it (``relevant``); else the no-documents answer, nothing stored."""
-    chunks = a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)
+def answer_if_relevant(a: Assistant, query: Query, scope: str | None, chunks: list[Chunk] | None = None,
+                       **generate_kwargs: Any) -> Answer:
+    """ask()'s miss path, for ask() and idle work: the question's answer over ``chunks`` (else
+    retrieved now) is generated and stored only when they are relevant enough (``relevant``);
+    else the no-documents answer, nothing generated or stored."""
+    if chunks is None:
+        chunks = a.hooks.retrieve(a.ctx, query, a.config.top_k, scope)
     relevance, embedded = best_relevance(a, query, chunks)
-    if not relevant(a, chunks, relevance):
-        return Answer(no_documents_text(scope), "no_documents", (), relevance=relevance,
-                      relevance_embedded=embedded)
-    return generate_answer(a, query, scope, chunks, **generate_kwargs)
+    if relevant(a, chunks, relevance):
+        answer = generate_answer(a, query, scope, chunks, **generate_kwargs)
+    else:
+        if a.config.debug_log:
+            log.info("percache no relevant documents for %r (best chunk similarity %s)",
+                     query.text, "none" if relevance is None else f"{relevance:.3f}")
+        answer = Answer(no_documents_text(scope), "no_documents", ())
+    answer.relevance = relevance
+    answer.relevance_embedded = embedded
+    return answer
 
 
 def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs: Any) -> Answer:
@@ -305,18 +314,7 @@ def ask(a: Assistant, query: Query, scope: str | None = None, **generate_kwargs:
                      query.text, entry.question, result.match.similarity, entry.id)
         return Answer(text, "qa_bank", entry.sources, entry.question,
                       result.match.similarity, latency_s=time.perf_counter() - t0)
-    relevance, embedded = best_relevance(a, query, chunks)
-    if not relevant(a, chunks, relevance):
-        if a.config.debug_log:
-            log.info("percache no relevant documents for %r (best chunk similarity %s)",
-                     query.text, "none" if relevance is None else f"{relevance:.3f}")
-        return Answer(no_documents_text(scope), "no_documents", (),
-                      rejected_by=result.rejected_by if result is not None else None,
-                      latency_s=time.perf_counter() - t0, relevance=relevance,
-                      relevance_embedded=embedded)
-    answer = generate_answer(a, query, scope, chunks, **generate_kwargs)
-    answer.relevance = relevance
-    answer.relevance_embedded = embedded
+    answer = answer_if_relevant(a, query, scope, chunks, **generate_kwargs)
     answer.rejected_by = result.rejected_by if result is not None else None
     answer.latency_s = time.perf_counter() - t0
     return answer
