@@ -4,10 +4,10 @@ A family missing from :data:`~.profile.PROFILES` gets a *guessed* profile (rotat
 the rotary module's frequencies). Guessing wrong is silent: shifted keys come out rotated the
 wrong way and shifted reuse agrees with a full prefill on a fraction of tokens (interleaved
 pairs as in GLM-4, Llama-4 or ERNIE-4.5 were served this way). :func:`verified_shifter` runs
-one short forward at two position offsets and keeps the layout (rotate-half or interleaved,
-rotary dims from the config or from the frequencies) under which keys rotated by ``d`` equal
-keys computed ``d`` positions later; when none does, the model is not shiftable, with the
-measured errors in the reason. Families in the table, and plugin overrides, are trusted as
+one short forward at two position offsets, read by every candidate, and keeps the layout
+(rotate-half or interleaved, rotary dims from the config or from the frequencies, in the
+cache's keys or values) under which keys rotated by ``d`` equal keys computed ``d`` positions
+later; when none does, the model is not shiftable, with the measured errors in the reason. Families in the table, and plugin overrides, are trusted as
 stated (the conformance suite checks them).
 """
 
@@ -46,27 +46,41 @@ class LayoutUnverified(NotShiftable):
     """No RoPE layout percache can apply reproduces the model's keys at shifted positions."""
 
 
+def _forward(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor) -> DynamicCache:
+    cache = DynamicCache()
+    with torch.inference_mode():
+        model(input_ids=ids[None], position_ids=positions[None], **cache_kw(cache),
+              use_cache=True)
+    return cache
+
+
+def _slot(cache: DynamicCache, slot: RopeSlot) -> list[torch.Tensor]:
+    return [getattr(layer, slot)[0].float() for layer in cache.layers]
+
+
 def rope_keys(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor,
               slot: RopeSlot = "keys") -> list[torch.Tensor]:
     """Post-RoPE keys ``[kv_heads, T, head_dim]`` (fp32) of every cached layer for ``ids`` at
     ``positions``: the cache slot ``slot``, keys, or values where a cache of MLA latents keeps
     the RoPE key part (a config-less cache keeps full keys on sliding layers)."""
-    cache = DynamicCache()
-    with torch.inference_mode():
-        model(input_ids=ids[None], position_ids=positions[None], **cache_kw(cache),
-              use_cache=True)
-    return [getattr(layer, slot)[0].float() for layer in cache.layers]
+    return _slot(_forward(model, ids, positions), slot)
 
 
-def layout_error(model: nn.Module, shifter: RopeShifter) -> float:
-    """Worst relative error, over RoPE layers, of keys rotated by the shifter against keys the
-    model computes at the shifted positions."""
+def _probe(model: nn.Module) -> tuple[DynamicCache, DynamicCache]:
+    """The caches of the probe forward at its two offsets (every candidate layout reads them)."""
     param = next(model.parameters())
     vocab = int(getattr(text_config(model), "vocab_size", 0) or 256)
     ids = (torch.arange(PROBE_TOKENS, device=param.device) * 7 + 5) % max(vocab, 1)
     base = torch.arange(PROBE_TOKENS, device=param.device) + _OFFSET
-    slot = shifter.rope_slot
-    at_p, moved = rope_keys(model, ids, base, slot), rope_keys(model, ids, base + _DELTA, slot)
+    return _forward(model, ids, base), _forward(model, ids, base + _DELTA)
+
+
+def layout_error(model: nn.Module, shifter: RopeShifter,
+                 probe: tuple[DynamicCache, DynamicCache] | None = None) -> float:
+    """Worst relative error, over RoPE layers, of keys rotated by the shifter against keys the
+    model computes at the shifted positions (``probe``: the probe forward's caches, when they
+    were computed already)."""
+    at_p, moved = (_slot(cache, shifter.rope_slot) for cache in probe or _probe(model))
     worst = 0.0
     for i, (k, want) in enumerate(zip(at_p, moved, strict=False)):
         if i >= len(shifter.layer_rope) or shifter.layer_rope[i] == NO_ROPE:
@@ -130,6 +144,7 @@ def verified_shifter(model: nn.Module, override: ModelProfile | None = None, *,
     dtype = next(model.parameters()).dtype
     tol = _FP32_TOL if dtype in (torch.float32, torch.float64) else _HALF_TOL
     tried: list[str] = []
+    probe: tuple[DynamicCache, DynamicCache] | None = None  # one probe forward for every candidate
     for cand in _candidates(model, guessed):
         try:
             shifter = RopeShifter.from_model(model, cand)
@@ -141,7 +156,8 @@ def verified_shifter(model: nn.Module, override: ModelProfile | None = None, *,
             tried.append(f"{cand.rotate}/{cand.rotary_dims or 'from inv_freq'}: {exc.reason}")
             continue
         try:
-            err = layout_error(model, shifter)
+            probe = probe or _probe(model)
+            err = layout_error(model, shifter, probe)
         except Exception as exc:  # a model whose cache does not hold per-layer keys
             raise LayoutUnverified(f"{config.model_type}: RoPE layout cannot be probed "
                                    f"({type(exc).__name__}: {exc})") from exc
