@@ -4,7 +4,8 @@ with prefix-block reuse, and ``pc.ask`` with retrieval and the QA bank.
 Prefix blocks are keyed per scope: a token's conversations never share cached blocks with
 another token's, so ``cached_tokens`` cannot tell one user what another sent. Reuse is exact
 whatever ``Config.reuse`` says (shifted reuse is approximate). ``pc.ask`` keys its prompt per
-scope too (its shifted reuse finds only nodes of its own scope), so neither does an ask's.
+scope too (its shifted reuse finds only nodes of its own scope), so an ask's ``cached_tokens``
+tells nothing of another scope either.
 """
 
 from __future__ import annotations
