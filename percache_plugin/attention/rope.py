@@ -178,7 +178,6 @@ class RopeShifter:
             out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
         return torch.cat((out.to(key.dtype), key[..., self.rotary_dims :]), dim=-1)
 
-
     def shift_kv(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int,
                  delta: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(keys, values)`` of one cache layer with the slot holding the rotated dims

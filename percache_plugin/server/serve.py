@@ -52,7 +52,6 @@ def serve(pc: Any, settings: ServerSettings, host: str = "127.0.0.1", port: int 
     """Serve ``pc`` until interrupted (SIGINT or SIGTERM: the running request may finish for
     at most 5 s; queued ones end at once with an error naming the shutdown, see
     :func:`_server`). :raises BindError: a non-loopback ``host`` without a token."""
-
     try:
         _server(_config(pc, settings, host, port, log_level)).run()
     except KeyboardInterrupt:  # Ctrl-C (uvicorn re-raises the signal once it shut down) is how it stops
@@ -70,7 +69,6 @@ class ServerThread:
 
     def __init__(self, pc: Any, settings: ServerSettings | None = None, host: str = "127.0.0.1",
                  port: int | None = None, log_level: str = "warning") -> None:
-
         self.host, self.port = host, port or free_port(host)
         self.config = _config(pc, settings or ServerSettings(), host, self.port, log_level)
         self.server = _server(self.config)
