@@ -240,7 +240,8 @@ class HybridIndex:
             return []
         bm25 = self._bm25.rank(query, scope, candidates) if self._fusion != "vector" else []
         dense = self._vector_ranking(vector, scope, min(candidates, eligible)) if self._fusion != "bm25" else []
-        return self._fuse(bm25, dense, k)
+        return fuse(bm25, dense, fusion=self._fusion, weights=self._weights, rrf_k=self._rrf_k,
+                    label=lambda cid: self._entries[cid].label, big=len(self._entries) + 1, limit=k)
 
     def search_many(self, queries: Sequence[tuple[str, np.ndarray]], k: int = 3, *,
                     scope: str | None = None, candidates: int = 50) -> list[list[Hit]]:
@@ -272,10 +273,6 @@ class HybridIndex:
                              big=len(self._entries) + 1, limit=k)
             out += [[Hit(ids[r], score, b, d) for r, score, b, d in hits] for hits in fused]
         return out
-
-    def _fuse(self, bm25: list[tuple[str, float]], dense: list[tuple[str, float]], k: int) -> list[Hit]:
-        return fuse(bm25, dense, fusion=self._fusion, weights=self._weights, rrf_k=self._rrf_k,
-                    label=lambda cid: self._entries[cid].label, big=len(self._entries) + 1, limit=k)
 
     def _nearest(self, vectors: np.ndarray, scope: str | None, n: int) -> tuple[np.ndarray, np.ndarray]:
         """HNSW labels and cosines of the ``n`` nearest chunks of ``scope`` to each row, ``[rows,
