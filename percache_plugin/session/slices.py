@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..kv.integrity import (
-    CorruptNodeError,
-    TensorSpec,
-    checksum_tensors,
-    read_node_file,
-    write_node_file,
-)
+from ..kv.integrity import CorruptNodeError, checksum_tensors, read_node_file, write_node_file
+from ..kv.store_index import layout_of
 
-__all__ = ["write_slice", "read_slices", "read_layout", "layout_bytes", "slice_prefix"]
+__all__ = ["write_slice", "read_slices", "layout_bytes", "slice_prefix"]
 
 _DTYPE_BYTES = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2, "torch.float64": 8}
 
@@ -46,23 +42,9 @@ def write_slice(directory: Path, name: str, fingerprint: str, cache: Any, start:
     return path, checksum_tensors(tensors.values()), layout
 
 
-def read_layout(text: str) -> list[TensorSpec] | None:
-    """A ``chat_kv`` row's tensor layout; None when it is not the JSON written (the slice is a miss)."""
-    try:
-        return [(str(n), str(d), tuple(int(x) for x in s)) for n, d, s in json.loads(text)]
-    except (TypeError, ValueError):
-        return None
-
-
 def layout_bytes(text: str) -> int:
     """The bytes a slice of this layout holds (0 when the layout is unreadable)."""
-    total = 0
-    for _, dtype, shape in read_layout(text) or []:
-        n = 1
-        for d in shape:
-            n *= int(d)
-        total += _DTYPE_BYTES.get(dtype, 4) * n
-    return total
+    return sum(_DTYPE_BYTES.get(dtype, 4) * math.prod(shape) for _, dtype, shape in layout_of(text) or [])
 
 
 def read_slices(directory: Path, fingerprint: str, slices: Sequence[Any],
@@ -74,7 +56,7 @@ def read_slices(directory: Path, fingerprint: str, slices: Sequence[Any],
     for start, stop, file, checksum, layout in slices:
         if start != pos:
             return None
-        specs = read_layout(layout)
+        specs = layout_of(layout)
         if specs is None or any(len(s) < 2 or s[1] != stop - start for _, _, s in specs):
             return None
         try:
