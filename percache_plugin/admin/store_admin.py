@@ -164,12 +164,12 @@ class StoreAdmin:
         """
         with self.exclusive("remove a document from"):
             kb = self.knowledge
-            scopes = set() if kb is None else kb.document_scopes(doc_id)
-            scopes = scopes if scope is None else scopes & {scope}
+            held_in = set() if kb is None else kb.document_scopes(doc_id)
+            scopes = held_in if scope is None else held_in & {scope}
             if kb is None or not scopes:
-                if kb is not None and kb.document_scopes(doc_id):  # held, in other scopes
+                if held_in:  # held, in other scopes
                     raise KeyError(f"no document {doc_id!r} in scope {scope!r} in {self.path} "
-                                   f"(its scopes: {sorted(kb.document_scopes(doc_id), key=str)})")
+                                   f"(its scopes: {sorted(held_in, key=str)})")
                 known = sorted({c.doc_id for c in self.chunks()})
                 raise KeyError(f"no document {doc_id!r} in {self.path} (documents: {known[:10]})")
             held = {cid for s in scopes for cid in kb.document_chunks(doc_id, s)}
