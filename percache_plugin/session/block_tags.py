@@ -5,8 +5,8 @@ corrupt, or gone with an evicted turn) are not needed to find it.
 
 A block two sessions published (the same system prompt and opening turns, a fork) holds the
 conversation of each: it goes with the last of them. A block holding a forgotten fact goes
-whoever published it. The callers delete the keys returned from the K/V store of their
-fingerprint, with every node computed after them.
+whoever published it. Each goes from the K/V store of its fingerprint (the caller's
+``store_of``) with every node computed after it, then its tags.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from itertools import groupby
 
 from ..kv.store import KVStore
 from ..sqlite_tx import connect, transaction
 from .schema import BLOCKS_SCHEMA
 
-__all__ = ["BlockTags", "tag_blocks", "session_blocks", "fact_blocks", "untag"]
+__all__ = ["BlockTags"]
 
 # The K/V store of a fingerprint (None: there is none, nothing to delete there).
 StoreOf = Callable[[str], KVStore | None]
@@ -41,72 +42,51 @@ class BlockTags:
             self.db.close()
 
     def tag(self, fingerprint: str, name: str, blocks: Sequence[tuple[str, Sequence[str]]]) -> None:
-        """:func:`tag_blocks` in a transaction of its own."""
+        """Record that session ``name`` publishes ``blocks`` (``(key, fact ids held)``), keeping
+        the facts an earlier tag of the same key named."""
         with self.lock, transaction(self.db):
-            tag_blocks(self.db, fingerprint, name, blocks)
+            for key, facts in blocks:
+                row = self.db.execute("SELECT facts FROM chat_blocks WHERE fingerprint = ? AND name = ? AND key = ?",
+                                      (fingerprint, name, key)).fetchone()
+                held = sorted(set(facts) | set(_facts(row[0]) or [])) if row is not None else sorted(set(facts))
+                self.db.execute("INSERT OR REPLACE INTO chat_blocks VALUES (?, ?, ?, ?)",
+                                (fingerprint, name, key, json.dumps(held)))
 
     def drop_session(self, name: str, store_of: StoreOf) -> int:
         """Delete the blocks session ``name`` published and no other session did (with the nodes
         computed after them), then its tags; returns the nodes deleted."""
         with self.lock:
-            found = session_blocks(self.db, name)
-        removed = _delete(found, store_of)
+            rows = self.db.execute(
+                "SELECT fingerprint, key FROM chat_blocks AS b WHERE name = ? AND NOT EXISTS (SELECT 1 FROM "
+                "chat_blocks AS o WHERE o.fingerprint = b.fingerprint AND o.key = b.key AND o.name != b.name)",
+                (name,)).fetchall()
+        removed = _delete(rows, store_of)
         with self.lock, transaction(self.db):
             self.db.execute("DELETE FROM chat_blocks WHERE name = ?", (name,))
         return removed
 
     def drop_fact(self, fact_id: str, store_of: StoreOf) -> int:
-        """Delete the blocks holding memory fact ``fact_id`` (with the nodes computed after
-        them), then their tags; returns the nodes deleted."""
+        """Delete the blocks holding memory fact ``fact_id`` (a tag whose facts cannot be read
+        counts as holding it) with the nodes computed after them, then every tag of those
+        blocks, whoever published them; returns the nodes deleted."""
         with self.lock:
-            found = fact_blocks(self.db, fact_id)
+            rows = self.db.execute("SELECT fingerprint, key, facts FROM chat_blocks WHERE facts != '[]'").fetchall()
+        found = sorted({(fp, key) for fp, key, facts in rows if fact_id in (_facts(facts) or [fact_id])})
         removed = _delete(found, store_of)
         with self.lock, transaction(self.db):
-            untag(self.db, found)
+            self.db.executemany("DELETE FROM chat_blocks WHERE fingerprint = ? AND key = ?", found)
         return removed
 
 
-def _delete(found: dict[str, list[str]], store_of: StoreOf) -> int:
+def _delete(blocks: Sequence[tuple[str, str]], store_of: StoreOf) -> int:
+    """Delete the ``(fingerprint, key)`` blocks, each with its subtree, from the K/V store of
+    their fingerprint; returns the nodes deleted (a key gone already counts none)."""
     removed = 0
-    for fp, keys in found.items():
-        store = store_of(fp)
+    for fp, keys in groupby(sorted(blocks), key=lambda b: b[0]):
+        store = store_of(str(fp))
         if store is not None:
-            removed += sum(store.delete(key) for key in keys if store.contains(key))
+            removed += sum(store.delete(str(key)) for _, key in keys)
     return removed
-
-
-def tag_blocks(db: sqlite3.Connection, fingerprint: str, name: str,
-               blocks: Sequence[tuple[str, Sequence[str]]]) -> None:
-    """Record that session ``name`` publishes ``blocks`` (``(key, fact ids held)``), keeping the
-    facts an earlier tag of the same key named (inside the caller's transaction)."""
-    for key, facts in blocks:
-        row = db.execute("SELECT facts FROM chat_blocks WHERE fingerprint = ? AND name = ? AND key = ?",
-                         (fingerprint, name, key)).fetchone()
-        held = sorted(set(facts) | set(_facts(row[0]) or [])) if row is not None else sorted(set(facts))
-        db.execute("INSERT OR REPLACE INTO chat_blocks VALUES (?, ?, ?, ?)",
-                   (fingerprint, name, key, json.dumps(held)))
-
-
-def session_blocks(db: sqlite3.Connection, name: str) -> dict[str, list[str]]:
-    """The keys, by fingerprint, of the blocks session ``name`` published that no other session did."""
-    rows = db.execute(
-        "SELECT fingerprint, key FROM chat_blocks AS b WHERE name = ? AND NOT EXISTS (SELECT 1 FROM "
-        "chat_blocks AS o WHERE o.fingerprint = b.fingerprint AND o.key = b.key AND o.name != b.name)",
-        (name,)).fetchall()
-    return _by_fingerprint(rows)
-
-
-def fact_blocks(db: sqlite3.Connection, fact_id: str) -> dict[str, list[str]]:
-    """The keys, by fingerprint, of the blocks holding memory fact ``fact_id`` (a tag whose
-    facts cannot be read counts as holding it)."""
-    rows = db.execute("SELECT fingerprint, key, facts FROM chat_blocks WHERE facts != '[]'").fetchall()
-    return _by_fingerprint(sorted({(fp, key) for fp, key, facts in rows if fact_id in (_facts(facts) or [fact_id])}))
-
-
-def untag(db: sqlite3.Connection, blocks: dict[str, list[str]]) -> None:
-    """Delete every tag of these blocks (deleted from the K/V store), whoever published them."""
-    db.executemany("DELETE FROM chat_blocks WHERE fingerprint = ? AND key = ?",
-                   [(fp, key) for fp, keys in blocks.items() for key in keys])
 
 
 def _facts(text: str) -> list[str] | None:
@@ -115,10 +95,3 @@ def _facts(text: str) -> list[str] | None:
     except (TypeError, ValueError):
         return None
     return [str(f) for f in value] if isinstance(value, list) else None
-
-
-def _by_fingerprint(rows: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for fp, key in rows:
-        out.setdefault(str(fp), []).append(str(key))
-    return out
