@@ -21,7 +21,7 @@ __all__ = ["enter_head", "snapshot_head"]
 
 def enter_head(session: Session, persona: Persona, layout: ChatLayout, snapshots: HeadSnapshots,
                fingerprint: str, stats: ChatStats, dtype: torch.dtype, device: torch.device,
-               via: HeadLoader | None = None) -> bool:
+               via: HeadLoader) -> bool:
     """Give ``session`` the persona's head and, when its cache is empty, load the head's K/V
     from the snapshot for ``fingerprint`` (read ``via`` the RAM tier: counted in
     ``stats.ram_hits`` / ``ram_misses``). Returns whether the head's K/V should be

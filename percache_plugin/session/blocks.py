@@ -69,7 +69,7 @@ def _blocks(engine: Engine, ids: list[int]) -> list[PromptPiece]:
     return [p for p in prompt.pieces if p.key is not None]
 
 
-def publish_blocks(engine: Engine, session: Session, stats: ChatStats, tag: Tagger | None = None) -> int:
+def publish_blocks(engine: Engine, session: Session, stats: ChatStats, tag: Tagger) -> int:
     """Store the session's exact full blocks the store lacks, each tagged first with ``tag``
     (a tag that cannot be written publishes nothing: ``stats.store_errors``); returns how many
     were stored."""
@@ -80,7 +80,7 @@ def publish_blocks(engine: Engine, session: Session, stats: ChatStats, tag: Tagg
     same = 0
     while same < min(len(known), len(pieces)) and known[same] == pieces[same].key:
         same += 1
-    if tag is not None and pieces[same:]:
+    if pieces[same:]:
         recalls = _recalls(session)
         try:
             tag(session, [(str(p.key), sorted({f for at, f in recalls if at < p.end})) for p in pieces[same:]])

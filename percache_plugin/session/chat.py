@@ -34,7 +34,7 @@ class ChatRunner:
     """Runs turns on sessions for one engine; ``tag`` records the prefix blocks a turn
     publishes before they are stored (:func:`.blocks.publish_blocks`)."""
 
-    def __init__(self, engine: Engine, layout: ChatLayout, tag: Tagger | None = None) -> None:
+    def __init__(self, engine: Engine, layout: ChatLayout, tag: Tagger) -> None:
         self.engine = engine
         self.layout = layout
         self.tag = tag
