@@ -226,14 +226,15 @@ class Sessions:
         for listener in self.deleted:
             listener(name)
 
-    def _tags(self, fp: str | None = None) -> BlockTags:
-        """Where the prefix blocks sessions publish are tagged (:mod:`.block_tags`)."""
+    def _tags(self) -> BlockTags:
+        """Where the prefix blocks sessions publish are tagged (:mod:`.block_tags`): the session
+        database's table, one for every fingerprint (each row names its own)."""
         if self._memory_tags is not None:
             return self._memory_tags
-        return self._store_of(fp or self._engine.fingerprint).tags
+        return self._store_of(self._engine.fingerprint).tags
 
     def _tag_blocks(self, session: Session, blocks: builtins.list[tuple[str, builtins.list[str]]]) -> None:
-        self._tags(session.fingerprint).tag(session.fingerprint, session.name, blocks)
+        self._tags().tag(session.fingerprint, session.name, blocks)
 
     def _kv_store(self, fp: str) -> KVStore:
         return self._engine.stores.get(fp, self._engine.config)
