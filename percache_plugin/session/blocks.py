@@ -38,6 +38,7 @@ from ..kv.rounded import drop_if_rounded
 from ..kv.store import KVStore
 from ..reuse import count_origin
 from ..segments import PromptPiece
+from .evict import turn_spans
 from .reply import ChatStats
 from .state import Session, cache_tokens
 
@@ -109,11 +110,8 @@ def _recalls(session: Session) -> list[tuple[int, str]]:
     for fact in session.memory:
         out.append((pos, fact.fact_id))
         pos += len(fact.ids)
-    pos = session.turns_start
-    for turn in session.turns:
-        out += [(pos, f) for f in turn.fact_ids]
-        pos += turn.n_tokens
-    return out
+    spans = turn_spans(session)
+    return out + [(spans[turn.turn_id][0], f) for turn in session.turns for f in turn.fact_ids]
 
 
 def drop_blocks(store: KVStore, ids: list[int], start: int) -> int:

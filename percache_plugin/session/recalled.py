@@ -10,7 +10,7 @@ with the next turn (exact). The saved copy is rewritten by :mod:`.forget_rows`.
 
 from __future__ import annotations
 
-from .evict import compact
+from .evict import compact, turn_spans
 from .reply import ChatStats
 from .state import Session, cache_tokens, crop_to
 
@@ -61,8 +61,5 @@ def without_recalled(session: Session, fact_id: str) -> tuple[int, int] | None:
 
 
 def _starts(session: Session) -> list[int]:
-    out, pos = [], session.turns_start
-    for turn in session.turns:
-        out.append(pos)
-        pos += turn.n_tokens
-    return out
+    """Each turn's start position, in order."""
+    return [start for start, _ in turn_spans(session).values()]
