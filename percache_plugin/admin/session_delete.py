@@ -47,8 +47,7 @@ def remove_session(root: Path, name: str) -> SessionRemoval:
             if store is None or not store.saved(name):
                 known = ", ".join(_names(store)) or "none"
                 raise UnknownSession(f"no session {name!r} in store {str(root)!r} (known: {known})")
-            with_kv = set(admin.fingerprints())
-            store.tags.drop_session(name, lambda fp: admin.kv_store(fp) if fp in with_kv else None)
+            store.tags.drop_session(name, admin.stored_kv)
             store.delete(name)
         finally:
             if store is not None:

@@ -109,6 +109,11 @@ class StoreAdmin:
         """Model fingerprints with K/V in the store."""
         return list(stored_fingerprints(self.path))
 
+    def stored_kv(self, fingerprint: str) -> KVStore | None:
+        """The K/V store of ``fingerprint`` when the store holds K/V of it (:meth:`fingerprints`),
+        else None: nothing is opened (opening a store makes its fingerprint's directory)."""
+        return self.kv_store(fingerprint) if fingerprint in self.fingerprints() else None
+
     # -- reading -------------------------------------------------------------------------
     def info(self) -> StoreInfo:
         """Sizes by kind, entries, hit counts and the fingerprints present."""

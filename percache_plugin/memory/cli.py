@@ -142,7 +142,7 @@ def _drop_from_sessions(root: Path, admin: StoreAdmin, fact_id: str) -> tuple[in
             if cut.fingerprint in with_kv:
                 removed += drop_blocks(admin.kv_store(cut.fingerprint), cut.former_ids, cut.start)
         # and those its tags name: an evicted turn's, one whose row is corrupt
-        removed += store.tags.drop_fact(fact_id, lambda fp: admin.kv_store(fp) if fp in with_kv else None)
+        removed += store.tags.drop_fact(fact_id, admin.stored_kv)
     finally:
         store.close()
     return len(changed), sum(cut.turns_rewritten for cut in changed), removed
