@@ -178,7 +178,7 @@ def percache_load_head(ctx: EngineContext, name: str, version: tuple[object, ...
 
     :param ctx: the engine context.
     :param name: the snapshot's name: its fingerprint and head key.
-    :param version: the snapshot's row now (file, checksum, tokens).
+    :param version: the snapshot's row now (tokens, file, checksum).
     :param load: reads the snapshot.
     :return: the head's K/V (``ChunkKV.origin`` says where it came from), or None.
     """
