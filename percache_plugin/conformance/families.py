@@ -175,19 +175,10 @@ def tiny_config(model_type: str) -> Any:
         if sub is not None and hasattr(sub, "to_dict"):
             kwargs[name] = {**sub.to_dict(), **_sizes_for(sub)}
     kwargs = apply_overrides(model_type, kwargs)
-    try:
+    try:  # configs deriving layer_types themselves (read-only property) are not given one (_settable)
         return AutoConfig.for_model(model_type, **kwargs)
     except Exception as exc:
-        first = exc
-    try:  # some configs derive layer_types themselves (read-only property): let them
-        return AutoConfig.for_model(model_type, **_without_layer_types(kwargs))
-    except Exception:
-        raise Unbuildable(f"toy config rejected: {type(first).__name__}: {_short(first)}") from first
-
-
-def _without_layer_types(kwargs: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in kwargs.items() if k != "layer_types"}
-    return {k: _without_layer_types(v) if isinstance(v, dict) else v for k, v in out.items()}
+        raise Unbuildable(f"toy config rejected: {type(exc).__name__}: {_short(exc)}") from exc
 
 
 def build_family(model_type: str, *, seed: int = 0) -> Any:
