@@ -71,10 +71,14 @@ CREATE TABLE IF NOT EXISTS chat_memory (
 # memory facts recalled before each block's end (JSON list): deleting the session, or forgetting
 # one of those facts, finds the blocks here, without reading the session's turn rows (a corrupt
 # row, an evicted turn). Written before the block is stored, so no published block lacks a row.
+# The indexes find a session's tags and a block's other publishers without a scan (block_tags.py:
+# a session at its budget tags its blocks again after each eviction, so tags grow with its turns).
 BLOCKS_SCHEMA = Schema("sessions_blocks", 1, """
 CREATE TABLE IF NOT EXISTS chat_blocks (
     fingerprint TEXT NOT NULL, name TEXT NOT NULL, key TEXT NOT NULL, facts TEXT NOT NULL,
     PRIMARY KEY (fingerprint, name, key));
+CREATE INDEX IF NOT EXISTS chat_blocks_by_key ON chat_blocks (fingerprint, key, name);
+CREATE INDEX IF NOT EXISTS chat_blocks_by_name ON chat_blocks (name);
 """)
 
 
