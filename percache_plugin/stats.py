@@ -124,6 +124,10 @@ class StatsTotals:
     # paraphrases, this session (Config.answer_grounding; filled by pc.stats())
     answers_checked: int = 0
     answers_flagged: int = 0
+    # Forgets (a removed chunk, a forgotten fact) that failed or were cut short and were completed
+    # by running them again, in ids, and re-runs that failed (tried again later; pc.stats())
+    forgets_rerun: int = 0
+    forgets_rerun_failed: int = 0
     # The verify cost curve drafts are priced by now (as GenerationStats.draft_cost_curve), and
     # stored curves ignored because they did not read as one (filled by pc.stats())
     draft_cost_curve: str = ""
@@ -143,7 +147,7 @@ class StatsTotals:
         for f in dataclasses.fields(self):
             if f.name in ("requests", "fallbacks", "qa_lookups", "qa_hits", "answers_checked",
                           "answers_flagged", "draft_cost_curve", "draft_curves_ignored") \
-                    or f.name.startswith("calibration_"):
+                    or f.name.startswith(("calibration_", "forgets_")):
                 continue
             setattr(self, f.name, getattr(self, f.name) + getattr(s, f.name))
         self.fallbacks += bool(s.fallback)

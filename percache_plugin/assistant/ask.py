@@ -150,8 +150,15 @@ def _drop_gone(a: Assistant, known: Sequence[Chunk]) -> list[str]:
     resolved = _resolvable(a, known)
     gone = [c.id for c in known if c not in resolved]
     if gone:
-        forget_chunks(a.ctx, gone)
+        _forget(a, gone)
     return gone
+
+
+def _forget(a: Assistant, ids: Sequence[str]) -> None:
+    """``forget_chunks``; a failed write is logged and counted, and completed later (the forget
+    journal): the request still reports the sources as gone."""
+    with best_effort("dropping what was built on sources gone meanwhile", a.engine.stats()):
+        forget_chunks(a.ctx, ids)
 
 
 def _drop_vanished(a: Assistant, query: Query, scope: str | None, unresolved: Sequence[Chunk]) -> list[str]:

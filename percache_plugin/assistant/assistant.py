@@ -18,10 +18,10 @@ from ..decode import context_limit
 from ..engine import Engine
 from ..hooks.contexts import AssistantContext
 from ..idle import IdleQueue, IdleReport, IdleTask
-from ..kv.chunk_nodes import delete_chunk_kv
 from ..kv.store import DB_NAME
 from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
-from ..plugins.removal import forget_predictions
+from ..plugins.forget_journal import ForgetJournal, ForgetKind
+from ..plugins.removal import forget_chunks
 from ..predict.state import PredictionState
 from ..rag.chunking import Document
 from ..rag.embeddings import Embedder, load_embedder
@@ -60,8 +60,13 @@ class Assistant:
         self._worker: IdleWorker | None = None
         self.task_runners: Registry[TaskRunner] = Registry("idle task kind")
         engine.hooks.register_idle_tasks(self.task_runners.register)
+        self.forget_journal = ForgetJournal(self._db_path())
         self.ctx = AssistantContext(engine.ctx, lambda: self.embedder, lambda: self.idle_queue,
-                                    lambda: self.prediction_state, foreground=self._foreground)
+                                    lambda: self.prediction_state, foreground=self._foreground,
+                                    forget_journal=self.forget_journal)
+        self.forget_journal.register("chunk", ForgetKind(
+            lambda chunk_id: bool(self.hooks.resolve_chunks(self.ctx, [chunk_id])),
+            lambda ids: forget_chunks(self.ctx, ids)))
         self.idle_context = IdleContext(
             self.ctx, generate=engine.generate, prefill=lambda segments, **kw: prefill_checked(self, segments, **kw),
             tokenizer=engine.tokenizer,
@@ -151,12 +156,9 @@ class Assistant:
             if isinstance(docs, (str, bytes, Mapping, Document)):
                 docs = [docs]
             report = self.hooks.add_documents(self.ctx, list(docs), scope)
-            if report.replaced_chunks:
-                self.hooks.sources_forgotten(self.ctx, report.replaced_chunks)
-                with best_effort("deleting the K/V of replaced chunks", self.engine.stats()):
-                    delete_chunk_kv(self.engine.ctx.every_store(), set(report.replaced_chunks))
-                with best_effort("dropping the predictions of replaced chunks", self.engine.stats()):
-                    forget_predictions(self.ctx, set(report.replaced_chunks))
+            if report.replaced_chunks:  # journaled: a failure is completed later (recover_forgets)
+                with best_effort("forgetting what was built on replaced chunks", self.engine.stats()):
+                    forget_chunks(self.ctx, set(report.replaced_chunks))
             if report.relabelled_chunks:
                 self.hooks.sources_forgotten(self.ctx, report.relabelled_chunks)
             self.hooks.documents_added(self.ctx, report)
@@ -172,6 +174,7 @@ class Assistant:
         q = self.query(query)  # validates before taking the lock
         with self._foreground():
             self.engine.follow_model()  # QA answers are looked up under the weights in use
+            self.forget_journal.recover()  # one read of an empty table unless a forget failed
             answer = ask(self, q, scope, **generate_kwargs)
             with best_effort("recording the question for prediction", self.engine.stats()):
                 after_question(self, query, scope)
@@ -182,6 +185,7 @@ class Assistant:
         """Run deferred work now, in this thread, without waiting for the quiet period (see
         :meth:`PerCache.idle`); ``progress=True`` shows a progress bar of the tasks."""
         with self.engine.lock:
+            self.forget_journal.recover()
             if not progress:
                 return run_idle(self, budget_s, max_tasks, ignore_quiet=True)
             from tqdm import tqdm
@@ -253,6 +257,7 @@ class Assistant:
         with self.engine.lock:
             if self.engine.preemption.flag.is_set():
                 return IdleReport()
+            self.forget_journal.recover()
             return run_idle(self, max_tasks=1)
 
     def close(self) -> None:
@@ -260,7 +265,7 @@ class Assistant:
         self.stop_idle_worker()
         with self.engine.lock:
             self.hooks.close(self.ctx)
-            for part in (self._idle_queue, self._prediction_state):
+            for part in (self._idle_queue, self._prediction_state, self.forget_journal):
                 if part is not None:
                     part.close()
 

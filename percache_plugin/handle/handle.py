@@ -52,6 +52,8 @@ class PerCache(HandleParts):
         self.sessions.attach_memory(self.memory)
         if config.debug_log:
             ensure_handler()
+        with self.engine.lock:  # forgets a failure or a crash cut short, here or elsewhere
+            self.assistant.forget_journal.recover()
 
     def _memory_plugin(self) -> MemoryPlugin | None:
         plugin = self.engine.plugins.get_plugin(MEMORY_PLUGIN)
@@ -193,6 +195,8 @@ class PerCache(HandleParts):
         totals.qa_lookups, totals.qa_hits = self.assistant.qa_counters()
         totals.answers_checked = self.assistant.grounding.checked
         totals.answers_flagged = self.assistant.grounding.flagged
+        forgets = self.assistant.forget_journal.counts
+        totals.forgets_rerun, totals.forgets_rerun_failed = forgets.rerun, forgets.rerun_failed
         # not under the engine's lock: the idle worker may hold it for a whole task
         totals.draft_cost_curve = self.engine.drafts.curve(self.engine.fingerprint, self.config)[1]
         totals.draft_curves_ignored = self.engine.drafts.curves.ignored

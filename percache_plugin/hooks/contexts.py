@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..idle import IdleQueue
     from ..kv.recompute import RecomputeStrategy
     from ..kv.store import KVStore
+    from ..plugins.forget_journal import ForgetJournal
     from ..predict.state import PredictionState
     from ..rag.embeddings import Embedder
     from .manager import Hooks
@@ -80,14 +81,18 @@ class AssistantContext:
         change made outside a request (a bank removing chunks): an idle task computing from
         them either finishes first, and what it stored is forgotten with them, or stops and
         runs again after the change.
+    :ivar forget_journal: the journal of forgets (``plugins.forget_journal``): a removal whose
+        answers, K/V or predictions could not all be deleted is completed later (None: none).
     """
 
     def __init__(self, engine: EngineContext, embedder: Callable[[], Embedder],
                  idle_queue: Callable[[], IdleQueue],
                  prediction_state: Callable[[], PredictionState] | None = None,
-                 foreground: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
+                 foreground: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+                 forget_journal: ForgetJournal | None = None) -> None:
         self.engine = engine
         self.foreground = foreground
+        self.forget_journal = forget_journal
         self._embedder = embedder
         self._idle_queue = idle_queue
         self._prediction_state = prediction_state

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable
 
 from .store import KVStore
 
-__all__ = ["chunk_node_keys", "delete_chunk_nodes", "delete_chunk_kv"]
+__all__ = ["chunk_node_keys", "delete_chunk_nodes", "delete_chunk_kv", "delete_nodes"]
 
 
 def chunk_node_keys(store: KVStore, chunk_ids: Collection[str]) -> set[str]:
@@ -15,15 +15,37 @@ def chunk_node_keys(store: KVStore, chunk_ids: Collection[str]) -> set[str]:
     return {n.key for n in store.nodes() if n.extra.get("chunk") in chunk_ids}
 
 
+def delete_nodes(store: KVStore, keys: Collection[str]) -> int:
+    """Delete these nodes with the nodes computed after them; returns how many.
+
+    :raises OSError: a node is still there afterwards (the store logs and counts a failed
+        write instead of raising it): the caller's forget must not count as done."""
+    removed = sum(store.delete(key) for key in sorted(keys) if store.contains(key))
+    left = sorted(key for key in keys if store.contains(key))
+    if left:
+        raise OSError(f"{len(left)} K/V node(s) of removed sources could not be deleted from {store!r} "
+                      f"(first {left[0]}; the store's log says why)")
+    return removed
+
+
 def delete_chunk_nodes(store: KVStore, chunk_ids: Collection[str]) -> int:
-    """Delete the nodes of these chunks with the nodes computed after them; returns how many."""
-    return sum(store.delete(key) for key in sorted(chunk_node_keys(store, chunk_ids))
-               if store.contains(key))
+    """Delete the nodes of these chunks with the nodes computed after them (:func:`delete_nodes`)."""
+    return delete_nodes(store, chunk_node_keys(store, chunk_ids))
 
 
 def delete_chunk_kv(stores: Iterable[KVStore], chunk_ids: Collection[str]) -> int:
     """Delete the nodes of these chunks (with the nodes computed after them) from every store
     given, one per model fingerprint: K/V computed under other weights (an adapter, an earlier
     model) holds the chunk's text as much as the current model's. Each deletion takes the
-    store's write lock (:class:`~.locks.WriteLock`); returns how many nodes went."""
-    return sum(delete_chunk_nodes(store, chunk_ids) for store in stores)
+    store's write lock (:class:`~.locks.WriteLock`); returns how many nodes went. Every store is
+    tried; the first failure (:func:`delete_chunk_nodes`) is raised after the last."""
+    removed = 0
+    failed: OSError | None = None
+    for store in stores:
+        try:
+            removed += delete_chunk_nodes(store, chunk_ids)
+        except OSError as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return removed

@@ -16,7 +16,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..hooks.contexts import AssistantContext
-from .bank import AddResult, FactHit, MemoryBank
+from ..plugins.forget_journal import ForgetKind
+from ..plugins.removal import journaled
+from .bank import AddResult, FactHit, MemoryBank, check_fact_id
 from .forget import ForgetReport, drop_kv, forget_everywhere
 from .idle import ExtractionStats, queue_turns
 from .limits import check_fact_length, fact_token_limit
@@ -41,6 +43,8 @@ class Memory:
         self.forgotten: list[Callable[[str], object]] = []
         # called with an updated fact's id (the handle's: take its old text out of chat turns)
         self.updated: list[Callable[[str], object]] = []
+        if ctx.forget_journal is not None:  # a forget a failure or a crash cut short is completed
+            ctx.forget_journal.register("fact", ForgetKind(self._resolves, self._forget_leftovers))
 
     @property
     def extraction(self) -> ExtractionStats:
@@ -152,14 +156,34 @@ class Memory:
         tombstone (``get`` then raises ``UnknownFact`` saying it was forgotten). Forgetting a
         tombstoned id again cleans whatever an interrupted forget left."""
         stores = self._ctx.engine.every_store()  # every fingerprint's K/V, as removing a source
-        report = forget_everywhere(self.bank, fact_id, stores, self._drop_answers,
-                                   self._token_ids)
-        for fn in self.forgotten:
-            fn(fact_id)
-        # A chat turn that recalled the fact before its rows went stored the fact's K/V after
-        # the drop above; the sessions' listeners waited for it to end (the session's lock).
-        late = drop_kv(stores, fact_id, set(), None, None)
+        with journaled(self._ctx, "fact", [check_fact_id(fact_id)]):
+            report = forget_everywhere(self.bank, fact_id, stores, self._drop_answers,
+                                       self._token_ids)
+            for fn in self.forgotten:
+                fn(fact_id)
+            # A chat turn that recalled the fact before its rows went stored the fact's K/V after
+            # the drop above; the sessions' listeners waited for it to end (the session's lock).
+            late = drop_kv(stores, fact_id, set(), None, None)
         return replace(report, kv_nodes=report.kv_nodes + late)
+
+    def _resolves(self, fact_id: str) -> bool:
+        """Whether ``fact_id`` is an active fact (the forget journal deletes nothing built on one)."""
+        plugin = self._plugin()
+        fact = None if plugin is None else plugin.bank(self._ctx).find(fact_id)
+        return fact is not None and fact.status == "active"
+
+    def _forget_leftovers(self, fact_ids: Iterable[str]) -> None:
+        """The K/V and answers an interrupted forget left of forgotten (tombstoned) facts (the
+        journal's re-run; the sessions' listeners are not called: they wait for the sessions'
+        locks, and the re-run holds the engine's)."""
+        plugin = self._plugin()
+        if plugin is None:
+            return
+        bank = plugin.bank(self._ctx)
+        stores = self._ctx.engine.every_store()
+        for fact_id in fact_ids:
+            if bank.tombstoned(fact_id):
+                forget_everywhere(bank, fact_id, stores, self._drop_answers, self._token_ids)
 
     def forget_again(self, fact_ids: Iterable[str]) -> builtins.list[str]:
         """Forget once more those of ``fact_ids`` that are forgotten (tombstoned): a chat turn

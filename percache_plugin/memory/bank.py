@@ -40,7 +40,8 @@ from ..rag.index import HybridIndex
 from .rows import Fact, FactRows, HistoryEvent
 from .text import CONTEXT, key_text, normalize, subject_key
 
-__all__ = ["AddResult", "FactHit", "MemoryBank", "UnknownFact", "check_metadata", "check_scope", "fact_chunk"]
+__all__ = ["AddResult", "FactHit", "MemoryBank", "UnknownFact", "check_fact_id", "check_metadata", "check_scope",
+           "fact_chunk"]
 
 DOC_ID = "memory"
 
@@ -91,7 +92,8 @@ def check_scope(scope: object) -> str | None:
     return scope
 
 
-def _check_id(fact_id: object) -> str:
+def check_fact_id(fact_id: object) -> str:
+    """``fact_id`` when it is a str; else TypeError naming its type."""
     if not isinstance(fact_id, str):
         raise TypeError(f"a fact id must be a str, got {type(fact_id).__name__}")
     return fact_id
@@ -231,7 +233,7 @@ class MemoryBank:
             return out
 
     def get(self, fact_id: str) -> Fact:
-        fact = self._rows.get(_check_id(fact_id))
+        fact = self._rows.get(check_fact_id(fact_id))
         if fact is None:
             gone = " (forgotten)" if self._rows.tombstoned(fact_id) else ""
             if self._rows.get(fact_id, loose=True) is not None:
@@ -297,7 +299,7 @@ class MemoryBank:
         return fact
 
     def tombstoned(self, fact_id: str) -> bool:
-        return self._rows.tombstoned(_check_id(fact_id))
+        return self._rows.tombstoned(check_fact_id(fact_id))
 
     def drop_readded(self, dropped: Callable[[Mapping[str, str]], bool]) -> int:
         """Delete the ``readded`` history events whose metadata ``dropped`` accepts (an event

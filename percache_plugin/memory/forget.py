@@ -5,7 +5,8 @@ its K/V nodes (recorded for it, tagged with its id as a chunk, or holding exactl
 with their descendants, then every stored answer built on it, then the SQLite WAL is
 checkpointed and truncated. A crash part way leaves no servable trace: without the fact row
 nothing retrieves it, and the K/V and answers left are removed by forgetting the id again
-(:func:`forget_everywhere` accepts a tombstoned id).
+(:func:`forget_everywhere` accepts a tombstoned id), which the forget journal does by itself
+(``plugins.forget_journal``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..kv.chunk_nodes import chunk_node_keys
+from ..kv.chunk_nodes import chunk_node_keys, delete_nodes
 from ..kv.store import KVStore
 from .bank import MemoryBank
 
@@ -62,6 +63,6 @@ def drop_kv(stores: Sequence[KVStore], chunk_id: str, keys: set[str], text: str 
         if text is not None and token_ids is not None:
             for ids in token_ids(text):
                 found.update(n.key for n in store.find_by_tokens(ids))
-        removed += sum(store.delete(key) for key in sorted(found) if store.contains(key))
+        removed += delete_nodes(store, found)  # raises when one stays: the forget is run again
     return removed
 

@@ -48,7 +48,8 @@ class KnowledgeRetrieval:
         if self._bank is None:
             self._bank = KnowledgeBank(ctx.data_path("knowledge"), ctx.embedder,
                                        chunk_words=ctx.config.chunk_words)
-            self._bank.before_remove = lambda ids: forget_chunks(ctx, ids)
+            # journaled until the pass after the removal (``_removed``) completes
+            self._bank.before_remove = lambda ids: forget_chunks(ctx, ids, keep=True)
             self._bank.guard = ctx.foreground  # idle work computing from them stops first
             self._bank.after_remove = lambda report: _removed(ctx, report)
         return self._bank
