@@ -19,7 +19,7 @@ from ..hooks.contexts import AssistantContext
 from ..plugins.forget_journal import ForgetKind
 from ..plugins.removal import journaled
 from .bank import AddResult, FactHit, MemoryBank, check_fact_id
-from .forget import ForgetReport, drop_kv, forget_everywhere
+from .forget import ForgetReport, drop_kv, forget_everywhere, journal_ids
 from .idle import ExtractionStats, queue_turns
 from .limits import check_fact_length, fact_token_limit
 from .plugin import MemoryPlugin
@@ -156,7 +156,7 @@ class Memory:
         tombstone (``get`` then raises ``UnknownFact`` saying it was forgotten). Forgetting a
         tombstoned id again cleans whatever an interrupted forget left."""
         stores = self._ctx.engine.every_store()  # every fingerprint's K/V, as removing a source
-        with journaled(self._ctx, "fact", [check_fact_id(fact_id)]):
+        with journaled(self._ctx, "fact", journal_ids(self.bank, check_fact_id(fact_id))):
             report = forget_everywhere(self.bank, fact_id, stores, self._drop_answers,
                                        self._token_ids)
             for fn in self.forgotten:

@@ -24,6 +24,7 @@ import numpy as np
 from ..admin.store_admin import StoreAdmin, StoreInUseError
 from ..cli_errors import UsageError
 from ..kv.store import DB_NAME
+from ..plugins.forget_journal import ForgetJournal
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.qa_bank import QABank
 from ..session.blocks import drop_blocks
@@ -32,7 +33,7 @@ from ..sqlite_tx import BUSY_TIMEOUT_S
 from ..turnlog import TurnLog
 from ..turnlog.cli import add_export_arguments, export
 from .bank import MemoryBank, UnknownFact
-from .forget import ForgetReport, forget_everywhere
+from .forget import ForgetReport, forget_everywhere, journal_ids
 from .rows import Fact, FactRows
 
 __all__ = ["ACTIONS", "add_arguments", "forget_in_store", "open_memory", "run", "session_fingerprints"]
@@ -162,14 +163,19 @@ def forget_in_store(root: Path, admin: StoreAdmin, bank: MemoryBank, qa: QABank,
         built_on = [e.id for e in qa.entries() if set(ids).intersection(e.sources)]
         return sum(qa.delete(i) for i in built_on)
 
-    report = forget_everywhere(bank, fact_id, stores, drop_answers)
-    sessions, turns, blocks = _drop_from_sessions(root, admin, report.fact_id)
-    if (root / SESSIONS_DB).is_file():
-        log = TurnLog(root / SESSIONS_DB)
-        try:
-            log.forget_fact(report.fact_id)
-        finally:
-            log.close()
+    journal = ForgetJournal(root / DB_NAME)  # cut short, the next handle on the store completes it
+    try:
+        with journal.forgetting("fact", journal_ids(bank, fact_id)):
+            report = forget_everywhere(bank, fact_id, stores, drop_answers)
+            sessions, turns, blocks = _drop_from_sessions(root, admin, report.fact_id)
+            if (root / SESSIONS_DB).is_file():
+                log = TurnLog(root / SESSIONS_DB)
+                try:
+                    log.forget_fact(report.fact_id)
+                finally:
+                    log.close()
+    finally:
+        journal.close()
     return report, sessions, turns, blocks
 
 

@@ -18,7 +18,7 @@ from ..kv.chunk_nodes import chunk_node_keys, delete_nodes
 from ..kv.store import KVStore
 from .bank import MemoryBank
 
-__all__ = ["ForgetReport", "drop_kv", "forget_everywhere"]
+__all__ = ["ForgetReport", "drop_kv", "forget_everywhere", "journal_ids"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,12 @@ def forget_everywhere(bank: MemoryBank, fact_id: str, stores: Sequence[KVStore],
         keys, text = set(fact.kv_keys), fact.text
     return ForgetReport(fact_id, drop_kv(stores, fact_id, keys, text, token_ids),
                         drop_answers([fact_id]), bank.scrub())
+
+
+def journal_ids(bank: MemoryBank, fact_id: str) -> list[str]:
+    """What a forget of ``fact_id`` writes to the forget journal: the id, unless it never was a
+    fact (the forget raises ``UnknownFact``, nothing to complete later)."""
+    return [fact_id] if bank.tombstoned(fact_id) or bank.find(fact_id) is not None else []
 
 
 def drop_kv(stores: Sequence[KVStore], chunk_id: str, keys: set[str], text: str | None,

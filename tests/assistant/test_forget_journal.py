@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import percache_plugin as percache
+from percache_plugin.cli import main
 from percache_plugin.hooks.specs import hookimpl
 from percache_plugin.kv.store import DB_NAME
 from percache_plugin.plugins.removal import forget_chunks
@@ -100,18 +101,35 @@ def test_a_rerun_that_fails_again_is_counted_and_tried_later(tmp_path: Path) -> 
     b.close()
 
 
-def test_a_fact_whose_kv_deletion_failed_is_forgotten_at_the_next_ask(tmp_path: Path) -> None:
+def _fact_in_kv(tmp_path: Path) -> tuple[percache.PerCache, str]:
+    """A handle whose K/V store holds the K/V of a fact (recalled by ask()); the fact's id."""
     pc = _pc(tmp_path / "s")
     pc.configure(memory_in_ask=True, memory_threshold=0.0, relevance_threshold=None)
     fact = pc.memory.add("Zorblax opens the quartz locker on Tuesdays.", scope="me").fact
     pc.add_documents([BEN], scope="me")
     assert fact.id in pc.ask(Q, scope="me", **GEN).sources
-    assert kv_of(pc, {fact.id})  # the premise: the fact's K/V is stored
+    return pc, fact.id
+
+
+def test_a_fact_whose_kv_deletion_failed_is_forgotten_at_the_next_ask(tmp_path: Path) -> None:
+    pc, fact_id = _fact_in_kv(tmp_path)
+    assert kv_of(pc, {fact_id})  # the premise: the fact's K/V is stored
     with failing_kv_deletes(tmp_path / "s"), contextlib.suppress(OSError):  # raised, and journaled
-        pc.memory.forget(fact.id)
-    assert kv_of(pc, {fact.id})  # the fact is gone (tombstoned), its K/V not yet
+        pc.memory.forget(fact_id)
+    assert kv_of(pc, {fact_id})  # the fact is gone (tombstoned), its K/V not yet
     pc.ask("Who reviews the budget?", scope="me", **GEN)
-    assert not kv_of(pc, {fact.id}), "the forgotten fact's K/V stayed"
+    assert not kv_of(pc, {fact_id}), "the forgotten fact's K/V stayed"
+    assert pc.stats().forgets_rerun == 1
+    pc.close()
+
+
+def test_a_cli_forget_cut_short_is_completed_by_the_next_handle(tmp_path: Path) -> None:
+    pc, fact_id = _fact_in_kv(tmp_path)
+    pc.close()
+    with failing_kv_deletes(tmp_path / "s"), contextlib.suppress(OSError):  # `percache memory forget`
+        assert main(["memory", "forget", str(tmp_path / "s"), fact_id]) != 0
+    pc = _pc(tmp_path / "s")
+    assert not kv_of(pc, {fact_id}), "the forgotten fact's K/V stayed"
     assert pc.stats().forgets_rerun == 1
     pc.close()
 
@@ -121,6 +139,7 @@ import os, signal, sys
 sys.path.insert(0, {repo!r})
 import torch
 torch.set_num_threads(1)
+from percache_plugin.cli import main
 from percache_plugin.hooks.specs import hookimpl
 from tests.assistant.test_assistant import BEN, GEN, _pc
 from tests.assistant.test_removal_traces import SECRET, Q
