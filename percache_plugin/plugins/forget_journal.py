@@ -142,11 +142,9 @@ class ForgetJournal:
         with self._lock:
             if not force and time.monotonic() < self._retry_at:
                 return 0
-            rows = self.pending()
-            if not rows:
-                return 0
             done = 0
-            try:
+            try:  # reading the table may fail too (a database gone bad): never the request
+                rows = self.pending()
                 for kind, how in self._kinds.items():
                     mine = [(i, o) for k, i, o in rows if k == kind]
                     if mine:
