@@ -80,12 +80,6 @@ class BM25Ranker:
         """The chunk id of each corpus row (:meth:`top_many`'s rows), as last rebuilt."""
         return self._ids
 
-    def rank_many(self, queries: Sequence[str], scope: str | None, n: int) -> list[list[tuple[str, float]]]:
-        """:meth:`rank` of each query (:meth:`top_many`)."""
-        rows, scores = self.top_many(queries, scope, n)
-        return [[(self._ids[r], float(s)) for r, s in zip(row, srow, strict=True) if r >= 0]
-                for row, srow in zip(rows, scores, strict=True)]
-
     def top_many(self, queries: Sequence[str], scope: str | None, n: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`rank` of each query, scored together, as arrays: the corpus rows (:attr:`ids`)
         ranked, ``[len(queries), n]``, -1 past the chunks sharing a token, and their scores.
