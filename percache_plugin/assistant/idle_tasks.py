@@ -17,7 +17,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from ..decode.calibrate import MeasuringStopped
 from ..hooks.specs import hookimpl
 from ..idle import IdleReport, IdleTask
-from ..plugins.removal import forget_predictions
+from ..plugins.removal import forget_chunks
 from ..predict.parse import parse_questions
 from ..predict.state import REBUILD_ABSTRACT, task_chunk
 from ..predict.templates import load_template
@@ -85,11 +85,12 @@ def _abstract(c: IdleContext, task: IdleTask, report: IdleReport) -> None:
 
 def _forget_gone(c: IdleContext, ids: Sequence[str]) -> None:
     """Another handle or process may have removed chunks this task read while it generated,
-    and dropped their predictions before this task recorded its own: drop them now (after
-    recording them, so either this check or that removal sees them)."""
+    and dropped their predictions before this task recorded its own, and their K/V before its
+    prompt stored it (the abstract's): forget them now (after recording them, so either this
+    check or that removal sees them; ``forget_chunks``, journaled)."""
     gone = [i for i in dict.fromkeys(ids) if not c.ctx.hooks.resolve_chunks(c.ctx, [i])]
     if gone:
-        forget_predictions(c.ctx, gone)
+        forget_chunks(c.ctx, gone)
 
 
 def _scope_chunks(c: IdleContext, scope: str | None) -> list[str]:

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 import percache_plugin as percache
+from percache_plugin.assistant.idle_tasks import BUILTIN_TASKS
 from percache_plugin.hooks.specs import hookimpl
+from percache_plugin.idle import IdleReport, IdleTask
 from tests.assistant.test_assistant import BEN, GEN, _pc
 from tests.assistant.test_removal_traces import REMOVALS, SECRET, Q
 
@@ -86,4 +88,14 @@ def test_a_chunk_removed_right_after_an_idle_task_resolved_it_leaves_no_kv(tmp_p
     assert [t.kind for t in a.idle_queue.pending()] == ["warm"]
     a.plugins.register(AfterFirstResolve(lambda: REMOVALS[change](b)))
     a.idle()  # the warm task resolves the chunk, b removes it, the prefill stores its K/V
+    _no_kv_and_close(a, b, secret)
+
+
+def test_a_chunk_removed_while_its_abstract_is_computed_leaves_no_kv(tmp_path: Path) -> None:
+    # the abstract task prompts with the chunks it resolved: the K/V it stores for one another
+    # handle removed meanwhile goes with the predictions built on it
+    a, b, secret = _two(tmp_path, [SECRET, BEN], predict="knowledge")
+    assert secret & set(a.prediction_state.pending("me"))  # the premise: the abstract reads it
+    a.plugins.register(AfterFirstResolve(lambda: b.knowledge.remove_document("zz", "me")))
+    BUILTIN_TASKS["abstract"](a.assistant.idle_context, IdleTask(0, "abstract", "", "me", 0.0), IdleReport())
     _no_kv_and_close(a, b, secret)
