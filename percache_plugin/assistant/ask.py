@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -104,7 +104,7 @@ def generate_answer(a: Assistant, query: Query, scope: str | None, chunks: list[
     unresolved = [c for c in ordered if c not in known] if shared else []
     if a.config.drafting and "drafts" not in generate_kwargs:
         generate_kwargs["drafts"] = qa_drafts(a, query, scope)
-    with _checked_on_failure(a, known):
+    with _checked_on_failure(a, known, lambda: _drop_vanished(a, query, scope, unresolved)):
         # keyed in the scope's chain: no other scope's K/V (nor its reuse count) for the same text
         gen = a.engine.generate(segments_for(a.config.system_prompt, query.text, ordered), scope=scope,
                                 **generate_kwargs)
@@ -177,27 +177,34 @@ def prefill_checked(a: Assistant, segments: Sequence[Segment], *, scope: str | N
     chunk no plugin resolves (a retriever's own) goes only if the query no longer retrieves it."""
     pieces = [Chunk(s.id, "", 0, s.text, scope) for s in segments if s.kind == "chunk" and s.id is not None]
     known = _resolvable(a, pieces)
-    with _checked_on_failure(a, known):
-        prefilled = a.engine.prefill(segments, scope=scope, **kwargs)
-    _drop_gone(a, known)
     unresolved = [c for c in pieces if c not in known]
     query = next((s.text for s in segments if s.kind == "query"), None)
-    if query is None:  # nothing to retrieve them by: gone, as they do not resolve
-        _drop_gone(a, unresolved)
-    else:
-        _drop_vanished(a, a.ctx.query(query), scope, unresolved)
+
+    def check_unresolved() -> None:
+        if query is None:  # nothing to retrieve them by: gone, as they do not resolve
+            _drop_gone(a, unresolved)
+        else:
+            _drop_vanished(a, a.ctx.query(query), scope, unresolved)
+
+    with _checked_on_failure(a, known, check_unresolved):
+        prefilled = a.engine.prefill(segments, scope=scope, **kwargs)
+    _drop_gone(a, known)
+    check_unresolved()
     return prefilled
 
 
 @contextlib.contextmanager
-def _checked_on_failure(a: Assistant, known: Sequence[Chunk]) -> Iterator[None]:
+def _checked_on_failure(a: Assistant, known: Sequence[Chunk],
+                        unresolved: Callable[[], object]) -> Iterator[None]:
     """A request that raised (preempted: a background decode stores its prompt's K/V before it
-    stops) is checked too before the exception goes on."""
+    stops) is checked too before the exception goes on: the chunks it resolved, and
+    (``unresolved``) those that did not resolve when it began."""
     try:
         yield
     except BaseException:
         with best_effort("dropping what was built on sources gone meanwhile", a.engine.stats()):
             _drop_gone(a, known)
+            unresolved()
         raise
 
 

@@ -99,3 +99,27 @@ def test_a_chunk_removed_while_its_abstract_is_computed_leaves_no_kv(tmp_path: P
     a.plugins.register(AfterFirstResolve(lambda: b.knowledge.remove_document("zz", "me")))
     BUILTIN_TASKS["abstract"](a.assistant.idle_context, IdleTask(0, "abstract", "", "me", 0.0), IdleReport())
     _no_kv_and_close(a, b, secret)
+
+
+class SpendBudgetBeforeDecode:
+    """Spends the idle budget once the prompt is prefilled (the decode's next check stops it)."""
+
+    def __init__(self, pc: percache.PerCache) -> None:
+        self.pc = pc
+
+    @hookimpl(wrapper=True)
+    def percache_draft_sources(self, ctx: Any, prompt: Any, hints: Any) -> Generator[None, Any, Any]:
+        self.pc.engine.preemption.deadline = 0.0
+        return (yield)
+
+
+def test_an_interrupted_idle_answer_on_a_chunk_removed_before_it_resolved_leaves_no_kv(tmp_path: Path) -> None:
+    # removed between the task's retrieval and its resolve, and the request stopped part way (a
+    # spent budget: the prompt's K/V is stored before the decode stops): the chunk is checked
+    # by retrieval again on the way out too, as after a request that ends
+    a, b, secret = _two(tmp_path, [SECRET, BEN])
+    a.idle_queue.push("answer", Q, "me")
+    a.plugins.register(AfterRetrieval(lambda: b.knowledge.remove_document("zz", "me")))
+    a.plugins.register(SpendBudgetBeforeDecode(a))
+    assert a.idle(budget_s=600, max_tasks=1).preempted  # the premise: stopped part way
+    _no_kv_and_close(a, b, secret)
