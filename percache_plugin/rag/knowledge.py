@@ -4,9 +4,9 @@ The chunk rows in SQLite (:mod:`.knowledge_db`, ``<directory>/knowledge.sqlite3`
 source of truth; the in-memory :class:`HybridIndex` is rebuilt from them when needed and
 reconciled with them (by their generation counter) before every use, so documents added or
 removed by another process or handle are seen at once and never overwritten. A snapshot of
-the index (``<directory>/index``, verified on load) only saves rebuilding it on open: when a
-snapshot file is damaged, the bank warns naming it, counts it and rebuilds from the rows,
-re-embedding chunk texts whose stored vectors are unusable.
+the index (``<directory>/index``, written and read under a lock, verified on load) only saves
+rebuilding it on open: when a snapshot file is damaged, the bank warns naming it, counts it and
+rebuilds from the rows, re-embedding chunk texts whose stored vectors are unusable.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ class KnowledgeBank:
         if self._rows.count() == 0:
             self._import_legacy(snapshot)
         try:
-            index = HybridIndex.load(snapshot)
+            with snapshot_lock(self.directory):  # a save deletes the files it replaces
+                index = HybridIndex.load(snapshot)
         except (CorruptIndexError, ValueError, OSError) as exc:
             self.repairs["index_corrupt"] += 1
             log.warning("percache knowledge bank: %s; rebuilding the index from the database", exc)
@@ -131,8 +132,7 @@ class KnowledgeBank:
             return
         if chunks and vectors.shape[1] == self.embedder.dim:
             self._rows.insert(chunks, vectors)
-            log.info("percache knowledge bank: moved %d chunks of %s into %s", len(chunks),
-                     snapshot, _DB)
+            log.info("percache knowledge bank: moved %d chunks of %s into %s", len(chunks), snapshot, _DB)
 
     # -- reconciling with the database ---------------------------------------------------
     def _sync(self) -> None:
