@@ -35,9 +35,9 @@ import torch
 
 import percache_plugin as percache
 from percache_plugin.bundled import SMOLLM2_GGUF, smollm2_path
+from percache_plugin.forget_journal import ForgetJournal
 from percache_plugin.kv.chunk import ChunkKV
 from percache_plugin.kv.store import DB_NAME
-from percache_plugin.plugins.forget_journal import ForgetJournal
 
 SETTINGS: dict[str, Any] = dict(embedder="hash", answer_grounding=False, predict="off", kv_warm=False,
                                 draft_calibrate_idle=False)

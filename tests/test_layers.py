@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "predict.parse",
      "predict.templates", "prompts",
      "buffer.policies", "buffer.llm_aware", "buffer.adaptive", "buffer.cache", "buffer.trace", "buffer.workloads"),
-    ("kv", "attention", "buffer", "rag", "predict", "idle", "decode", "session.state",
+    ("kv", "attention", "buffer", "rag", "predict", "idle", "forget_journal", "decode", "session.state",
      "turnlog", "memory"),
     ("hooks",),
     ("reuse", "request", "plugins", "buffer.plugin", "buffer.trace_plugin"),

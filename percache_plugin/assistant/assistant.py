@@ -16,11 +16,11 @@ from ..core.query import Query
 from ..core.registry import Registry
 from ..decode import context_limit
 from ..engine import Engine
+from ..forget_journal import ForgetJournal, ForgetKind
 from ..hooks.contexts import AssistantContext
 from ..idle import IdleQueue, IdleReport, IdleTask
 from ..kv.store import DB_NAME
 from ..plugins.banks import KNOWLEDGE_PLUGIN, QA_BANK_PLUGIN, KnowledgeRetrieval, QABankPlugin
-from ..plugins.forget_journal import ForgetJournal, ForgetKind
 from ..plugins.removal import forget_chunks
 from ..predict.state import PredictionState
 from ..rag.chunking import Document

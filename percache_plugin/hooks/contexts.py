@@ -20,10 +20,10 @@ from ..core.query import Query
 if TYPE_CHECKING:
     from ..buffer.policies import PolicyFactory
     from ..config import Config
+    from ..forget_journal import ForgetJournal
     from ..idle import IdleQueue
     from ..kv.recompute import RecomputeStrategy
     from ..kv.store import KVStore
-    from ..plugins.forget_journal import ForgetJournal
     from ..predict.state import PredictionState
     from ..rag.embeddings import Embedder
     from .manager import Hooks
@@ -81,7 +81,7 @@ class AssistantContext:
         change made outside a request (a bank removing chunks): an idle task computing from
         them either finishes first, and what it stored is forgotten with them, or stops and
         runs again after the change.
-    :ivar forget_journal: the journal of forgets (``plugins.forget_journal``): a removal whose
+    :ivar forget_journal: the journal of forgets (``forget_journal``): a removal whose
         answers, K/V or predictions could not all be deleted is completed later (None: none).
     """
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ..forget_journal import ForgetKind
 from ..hooks.contexts import AssistantContext
-from ..plugins.forget_journal import ForgetKind
 from ..plugins.removal import journaled
 from .bank import AddResult, FactHit, MemoryBank, check_fact_id
 from .forget import ForgetReport, drop_kv, forget_everywhere, journal_ids

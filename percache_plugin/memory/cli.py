@@ -23,8 +23,8 @@ import numpy as np
 
 from ..admin.store_admin import StoreAdmin, StoreInUseError
 from ..cli_errors import UsageError
+from ..forget_journal import ForgetJournal
 from ..kv.store import DB_NAME
-from ..plugins.forget_journal import ForgetJournal
 from ..rag.embeddings import Embedder, load_embedder
 from ..rag.qa_bank import QABank
 from ..session.blocks import drop_blocks

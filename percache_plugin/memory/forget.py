@@ -6,7 +6,7 @@ with their descendants, then every stored answer built on it, then the SQLite WA
 checkpointed and truncated. A crash part way leaves no servable trace: without the fact row
 nothing retrieves it, and the K/V and answers left are removed by forgetting the id again
 (:func:`forget_everywhere` accepts a tombstoned id), which the forget journal does by itself
-(``plugins.forget_journal``).
+(``forget_journal``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What goes with chunks that leave the knowledge bank (a document removed, or given again with
 other text): the stored answers built on them, their K/V under every model fingerprint, and the
 prediction layer's traces of them (idle tasks naming them, the abstracts summarizing them).
-Each forget is journaled (:mod:`.forget_journal`): one that fails part way is run again."""
+Each forget is journaled (:mod:`..forget_journal`): one that fails part way is run again."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A forget that fails part way (a K/V deletion that raises, a process killed between its
-steps) is completed later, by the journal (``plugins.forget_journal``): no K/V of a removed
+steps) is completed later, by the journal (``forget_journal``): no K/V of a removed
 chunk or a forgotten fact stays once the handle reconciles or the store is opened again, and
 nothing that still resolves is deleted.
 

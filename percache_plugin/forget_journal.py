@@ -26,8 +26,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..best_effort import WRITE_FAILURES
-from ..sqlite_tx import Schema, connect, transaction
+from .best_effort import WRITE_FAILURES
+from .sqlite_tx import Schema, connect, transaction
 
 __all__ = ["ForgetJournal", "ForgetKind", "JournalCounts"]
 

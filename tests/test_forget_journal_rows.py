@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from percache_plugin.plugins.forget_journal import ForgetJournal, ForgetKind
+from percache_plugin.forget_journal import ForgetJournal, ForgetKind
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ WRITER = """
 import contextlib, sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from percache_plugin.plugins.forget_journal import ForgetJournal
+from percache_plugin.forget_journal import ForgetJournal
 journal = ForgetJournal(Path(sys.argv[1]))
 with contextlib.suppress(OSError), journal.forgetting("chunk", ["back", "gone"]):
     raise OSError("killed")
