@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .stats import GenerationStats, StatsTotals
 
-__all__ = ["WRITE_FAILURES", "best_effort"]
+__all__ = ["WRITE_FAILURES", "best_effort", "retry_delay"]
 
 log = logging.getLogger("percache")
 
@@ -32,3 +32,9 @@ def best_effort(what: str, totals: StatsTotals,
         totals.store_errors += 1
         if stats is not None:
             stats.store_errors += 1
+
+
+def retry_delay(failures: int, first_s: float = 1.0, most_s: float = 300.0) -> float:
+    """The wait before trying again work that failed ``failures`` times in a row: ``first_s``,
+    doubling per failure, at most ``most_s`` (a failure that persists neither spins nor gives up)."""
+    return min(first_s * 2 ** (failures - 1), most_s)

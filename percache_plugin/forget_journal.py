@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .best_effort import WRITE_FAILURES
+from .best_effort import WRITE_FAILURES, retry_delay
 from .sqlite_tx import Schema, connect, transaction
 
 __all__ = ["ForgetJournal", "ForgetKind", "JournalCounts"]
@@ -42,7 +42,6 @@ CREATE TABLE IF NOT EXISTS forget_journal (
     PRIMARY KEY (kind, id)
 );
 """)
-_BACKOFF_S = (1.0, 300.0)  # a re-run that failed waits this long, doubling per failure
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ class ForgetJournal:
             except Exception as exc:  # a background repair: it must not fail the request
                 self.counts.rerun_failed += 1
                 self._failures += 1
-                wait = min(_BACKOFF_S[0] * 2 ** (self._failures - 1), _BACKOFF_S[1])
+                wait = retry_delay(self._failures)
                 self._retry_at = time.monotonic() + wait
                 log.warning("percache: forgetting again what was built on removed sources failed "
                             "(%s: %s); tried again in %.0f s", type(exc).__name__, exc, wait)

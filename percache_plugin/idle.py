@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from .best_effort import retry_delay
 from .sqlite_tx import Schema, checkpoint, connect
 
 __all__ = ["IdleTask", "IdleQueue", "IdleReport", "TaskKind", "TASK_KINDS"]
@@ -23,8 +24,6 @@ CREATE TABLE IF NOT EXISTS idle_tasks (
     UNIQUE (kind, question, scope));
 """)
 _COLS = "id, kind, question, scope, created"
-_BACKOFF_S = 1.0
-_BACKOFF_MAX_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ class IdleQueue:
         with self._lock:
             n = self._failures.get(task.id, 0) + 1
             self._failures[task.id] = n
-            delay = min(_BACKOFF_S * 2 ** (n - 1), _BACKOFF_MAX_S)
+            delay = retry_delay(n)
             self._db.execute("UPDATE idle_tasks SET not_before = ? WHERE id = ?", (time.time() + delay, task.id))
             return delay
 
